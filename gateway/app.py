@@ -1,0 +1,185 @@
+"""Wiring: build every part from the settings and run them in one task group."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import anyio
+import anyio.abc
+import structlog
+
+from gateway.auth import Authenticator
+from gateway.config import Settings
+from gateway.errors import Unavailable
+from gateway.fanout.hub import Hooks, Hub
+from gateway.http.routes import Routes
+from gateway.http.server import HttpServer, Request, Responder
+from gateway.log.base import FeedLog
+from gateway.log.inbox import Inbox
+from gateway.log.memory import MemoryLog
+from gateway.log.redis import RedisLog
+from gateway.metrics import Metrics
+from gateway.producer import Publisher
+
+log = structlog.get_logger("gateway")
+
+#: Readiness fails when a read loop has not completed a read for this long.
+STUCK_AFTER_SECONDS = 30.0
+
+
+def configure_logging(settings: Settings) -> None:
+    fmt = settings.log_format
+    if fmt == "auto":
+        fmt = "console" if sys.stderr.isatty() else "json"
+    renderer: structlog.types.Processor = (
+        structlog.dev.ConsoleRenderer() if fmt == "console" else structlog.processors.JSONRenderer()
+    )
+    level = logging.getLevelNamesMapping().get(settings.log_level.upper(), logging.INFO)
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(level),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        cache_logger_on_first_use=False,
+    )
+
+
+@dataclass
+class Gateway:
+    """A running node: its parts and the port it listens on."""
+
+    settings: Settings
+    log: FeedLog
+    metrics: Metrics
+    hub: Hub
+    publisher: Publisher
+    server: HttpServer
+    port: int
+    inbox: Inbox | None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.settings.host}:{self.port}"
+
+
+def build_log(settings: Settings) -> FeedLog:
+    if settings.redis_url:
+        return RedisLog(settings.redis_url, prefix=settings.redis_prefix, node_id=settings.node_id)
+    return MemoryLog()
+
+
+@contextlib.asynccontextmanager
+async def running(
+    settings: Settings,
+    *,
+    feed_log: FeedLog | None = None,
+    hooks: Hooks | None = None,
+    metrics: Metrics | None = None,
+) -> AsyncIterator[Gateway]:
+    """Start a node inside the caller's event loop; stop it when the block exits.
+
+    Tests use this to run real nodes on free ports; ``gateway serve`` uses :func:`serve`.
+    """
+    metrics = metrics or Metrics()
+    feed_log = feed_log or build_log(settings)
+    hub = Hub(
+        feed_log,
+        metrics,
+        read_batch=settings.read_batch,
+        read_block_ms=settings.read_block_ms,
+        history_page=settings.history_page,
+        hooks=hooks,
+    )
+    publisher = Publisher(feed_log, metrics, team_retention=settings.team_retention)
+    inbox: Inbox | None = None
+    if isinstance(feed_log, RedisLog):
+        inbox = Inbox(
+            feed_log,
+            publisher,
+            metrics,
+            prefix=settings.redis_prefix,
+            max_body_bytes=settings.max_body_bytes,
+            claim_ms=settings.inbox_claim_ms,
+            block_ms=settings.read_block_ms,
+        )
+
+    async def ready() -> tuple[bool, str]:
+        now = anyio.current_time()
+        if isinstance(feed_log, RedisLog):
+            try:
+                with anyio.fail_after(2):
+                    await feed_log.ping()
+            except (Unavailable, TimeoutError):
+                return False, "redis does not answer"
+        if now - hub.last_progress > STUCK_AFTER_SECONDS + settings.read_block_ms / 1000:
+            return False, "feed reader is not making progress"
+        if inbox is not None and now - inbox.last_progress > (
+            STUCK_AFTER_SECONDS + settings.read_block_ms / 1000
+        ):
+            return False, "inbox reader is not making progress"
+        return True, "ok"
+
+    async with anyio.create_task_group() as tg:
+        authenticator = Authenticator(settings.jwt_secret)
+        routes = Routes(settings, hub, publisher, authenticator, metrics, ready)
+
+        def observe(request: Request, responder: Responder) -> None:
+            path = request.path
+            if path.startswith("/v1/teams/"):
+                route = "team_events"
+            elif path in ("/healthz", "/readyz", "/metrics", "/openapi.json"):
+                route = path
+            else:
+                route = "other"
+            metrics.http_requests.labels(route=route, status=str(responder.status)).inc()
+
+        server = HttpServer(routes, tg, max_body=settings.max_body_bytes, observe=observe)
+        hub.last_progress = anyio.current_time()
+        tg.start_soon(hub.run)
+        if inbox is not None:
+            inbox.last_progress = anyio.current_time()
+            tg.start_soon(inbox.run)
+        port = await server.start(settings.host, settings.port)
+        node = Gateway(settings, feed_log, metrics, hub, publisher, server, port, inbox)
+        try:
+            yield node
+        finally:
+            server.stop_listening()
+            server.close_all()
+            tg.cancel_scope.cancel()
+    await feed_log.aclose()
+
+
+async def serve(settings: Settings) -> None:
+    """Run a node until cancelled (``gateway serve``)."""
+    configure_logging(settings)
+    if settings.redis_url is None:
+        log.warning(
+            "no Redis URL configured: running on the embedded in-memory log; "
+            "NOTHING IS DURABLE (set GATEWAY_REDIS_URL or --redis-url)"
+        )
+    if settings.jwt_secret is None:
+        log.warning(
+            "no authenticator configured: every /v1 route answers 401; set "
+            "GATEWAY_JWT_SECRET (HS256) to accept tokens (mint one with 'gateway token')"
+        )
+    async with running(settings) as node:
+        log.info(
+            "gateway listening",
+            url=node.url,
+            log="redis" if node.log.durable else "embedded",
+            keepalive_seconds=settings.keepalive_seconds,
+        )
+        await anyio.sleep_forever()
+
+
+__all__ = ["Gateway", "Hooks", "configure_logging", "running", "serve"]

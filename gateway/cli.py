@@ -1,0 +1,89 @@
+"""``gateway serve`` and ``gateway token``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+import anyio
+
+from gateway import auth, config
+
+
+def _serve(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="gateway serve",
+        description="Run the gateway. Every setting is a flag or a GATEWAY_* variable; "
+        "a flag wins over its variable.",
+    )
+    config.add_arguments(parser)
+    ns = parser.parse_args(list(argv))
+    try:
+        settings = config.load(vars(ns))
+    except ValueError as exc:
+        parser.error(str(exc))
+    from gateway.app import serve
+
+    backend_options = {"use_uvloop": True} if settings.uvloop and _has_uvloop() else {}
+    try:
+        anyio.run(serve, settings, backend="asyncio", backend_options=backend_options)
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+def _has_uvloop() -> bool:
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _token(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="gateway token",
+        description="Mint an HS256 development token from GATEWAY_JWT_SECRET.",
+    )
+    parser.add_argument("--tenant", required=True)
+    parser.add_argument("--scope", default="subscribe publish", help="space-separated scopes")
+    parser.add_argument("--teams", nargs="*", default=None, help="team ids the token may read")
+    parser.add_argument("--threads", nargs="*", default=None, help="thread ids (run feeds)")
+    parser.add_argument("--ttl", type=int, default=3600, help="lifetime in seconds")
+    parser.add_argument("--subject", default="dev")
+    parser.add_argument("--issuer", default="gateway-dev")
+    parser.add_argument("--secret", default=None, help="default: GATEWAY_JWT_SECRET")
+    ns = parser.parse_args(list(argv))
+    secret = ns.secret or os.environ.get("GATEWAY_JWT_SECRET")
+    if not secret:
+        parser.error("set GATEWAY_JWT_SECRET (or pass --secret)")
+    if ns.ttl <= 0:
+        parser.error("--ttl must be positive")
+    print(
+        auth.mint(
+            secret,
+            tenant=ns.tenant,
+            subject=ns.subject,
+            issuer=ns.issuer,
+            scopes=ns.scope.split(),
+            teams=ns.teams,
+            threads=ns.threads,
+            ttl_seconds=ns.ttl,
+        )
+    )
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    commands = {"serve": _serve, "token": _token}
+    if not args or args[0] not in commands:
+        print("usage: gateway {serve,token} [options]   (gateway serve --help)", file=sys.stderr)
+        return 2
+    return commands[args[0]](args[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

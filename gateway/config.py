@@ -1,0 +1,158 @@
+"""Settings: one frozen struct, built from flags and ``GATEWAY_*`` variables here only.
+
+Nothing below :func:`load` reads the environment; the :class:`Settings` value is
+passed down explicitly.  Every setting has a flag, an environment variable and a
+default, and :data:`SETTINGS_HELP` documents each (it feeds ``gateway serve --help``
+and the README table).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import msgspec
+
+
+class Settings(msgspec.Struct, frozen=True, kw_only=True):
+    host: str = "127.0.0.1"
+    port: int = 8080
+    #: ``None`` runs on the embedded in-memory log (nothing durable).
+    redis_url: str | None = None
+    #: Prefix of every Redis key the gateway owns.
+    redis_prefix: str = "gw"
+    jwt_secret: str | None = None
+    keepalive_seconds: float = 15.0
+    team_retention: int = 10_000
+    run_retention: int = 100_000
+    max_body_bytes: int = 1_048_576
+    #: Items per history page when a client resumes from a cursor.
+    history_page: int = 500
+    #: Outbound bytes one connection may have queued before it counts as slow.
+    max_queue_bytes: int = 1_048_576
+    #: Max items the node reads from Redis per feed per read.
+    read_batch: int = 1_000
+    #: How long a blocking Redis read waits before it reports progress anyway.
+    read_block_ms: int = 1_000
+    #: Consumer name of this node in the inbox consumer groups (default: host-pid).
+    node_id: str | None = None
+    #: Pending inbox messages idle this long are claimed from dead nodes.
+    inbox_claim_ms: int = 30_000
+    log_format: str = "auto"
+    log_level: str = "info"
+    uvloop: bool = True
+
+
+SETTINGS_HELP: dict[str, str] = {
+    "host": "Address to listen on.",
+    "port": "TCP port for HTTP, SSE and WebSocket.",
+    "redis_url": "Redis URL (redis://, rediss://, unix://). Unset: embedded in-memory log, "
+    "nothing durable.",
+    "redis_prefix": "Prefix of every Redis key the gateway owns.",
+    "jwt_secret": "HS256 secret for bearer tokens. Unset: every /v1 route answers 401.",
+    "keepalive_seconds": "Seconds between ': keepalive' comments on idle SSE streams.",
+    "team_retention": "Items kept per team feed; older ones are trimmed.",
+    "run_retention": "Items kept per run feed; older ones are trimmed.",
+    "max_body_bytes": "Largest accepted publish body in bytes (413 beyond).",
+    "history_page": "Items per history page read when a client resumes.",
+    "max_queue_bytes": "Outbound bytes queued per connection before it is treated as slow.",
+    "read_batch": "Most items read from Redis per feed per read.",
+    "read_block_ms": "Longest a blocking Redis read waits before it returns empty.",
+    "node_id": "This node's consumer name in the inbox consumer groups (default host-pid).",
+    "inbox_claim_ms": "Inbox messages pending this long on a dead node are claimed.",
+    "log_format": "Log format: json, console or auto (console on a terminal).",
+    "log_level": "Log level: debug, info, warning or error.",
+    "uvloop": "Run on uvloop when it is installed (true/false).",
+}
+
+
+def env_name(field: str) -> str:
+    return "GATEWAY_" + field.upper()
+
+
+def flag_name(field: str) -> str:
+    return "--" + field.replace("_", "-")
+
+
+def _field_types() -> dict[str, Any]:
+    info = msgspec.inspect.type_info(Settings)
+    assert isinstance(info, msgspec.inspect.StructType)
+    return {f.name: f.type for f in info.fields}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add one flag per setting; defaults are left ``None`` so that env vars can apply."""
+    defaults = Settings()
+    for name, help_text in SETTINGS_HELP.items():
+        default = getattr(defaults, name)
+        parser.add_argument(
+            flag_name(name),
+            dest=name,
+            default=None,
+            metavar=name.upper(),
+            help=f"{help_text} [env {env_name(name)}; default {default!r}]",
+        )
+
+
+def _coerce(name: str, raw: str, kind: Any) -> Any:
+    text = raw.strip()
+    if isinstance(kind, msgspec.inspect.BoolType):
+        if text.lower() in ("1", "true", "yes", "on"):
+            return True
+        if text.lower() in ("0", "false", "no", "off"):
+            return False
+        raise ValueError(f"{name}: expected true or false, got {raw!r}")
+    if isinstance(kind, msgspec.inspect.UnionType):
+        # Optional strings: an empty value means "unset".
+        return text or None
+    if isinstance(kind, msgspec.inspect.IntType):
+        return int(text)
+    if isinstance(kind, msgspec.inspect.FloatType):
+        return float(text)
+    return text
+
+
+def load(args: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None) -> Settings:
+    """Build the settings: a flag wins over its ``GATEWAY_*`` variable, which wins over the default.
+
+    Raises ``ValueError`` naming the setting when a value does not parse or is out of range.
+    """
+    args = args or {}
+    env = os.environ if env is None else env
+    types = _field_types()
+    values: dict[str, Any] = {}
+    for name in SETTINGS_HELP:
+        raw = args.get(name)
+        if raw is None:
+            raw = env.get(env_name(name))
+        if raw is None:
+            continue
+        values[name] = _coerce(name, str(raw), types[name]) if isinstance(raw, str) else raw
+    settings = Settings(**values)
+    _check(settings)
+    return settings
+
+
+def _check(s: Settings) -> None:
+    positive = (
+        "port", "team_retention", "run_retention", "max_body_bytes", "history_page",
+        "max_queue_bytes", "read_batch", "read_block_ms", "inbox_claim_ms",
+    )
+    for name in positive:
+        if getattr(s, name) <= 0:
+            raise ValueError(f"{name} must be positive")
+    if s.keepalive_seconds <= 0:
+        raise ValueError("keepalive_seconds must be positive")
+    if s.log_format not in ("json", "console", "auto"):
+        raise ValueError("log_format must be json, console or auto")
+    if s.port > 65535:
+        raise ValueError("port must be at most 65535")
+
+
+def parse_serve_args(argv: Sequence[str] | None, env: Mapping[str, str] | None = None) -> Settings:
+    parser = argparse.ArgumentParser(prog="gateway serve")
+    add_arguments(parser)
+    ns = parser.parse_args(argv)
+    return load(vars(ns), env)

@@ -1,0 +1,140 @@
+"""The one exception root, the public error codes, and the WebSocket close codes.
+
+Every failure the gateway reports to a client is a :class:`GatewayError` carrying a
+public ``code`` (the seed's ``api_ApiErrorCode`` vocabulary plus our additions) and an
+HTTP status.  Foreign exceptions (redis, h11, jsonschema, jwt) are translated into
+subclasses of :class:`GatewayError` at the adapter that calls the foreign library, so
+nothing above the adapters ever sees them.
+
+HTTP error bodies are exactly ``{"error": {"code": ..., "message": ...}}`` (seed rule 5).
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import ClassVar
+
+import msgspec
+
+
+class ErrorCode(enum.StrEnum):
+    """Public error codes. Add only; never rename (they are wire vocabulary)."""
+
+    UNAUTHENTICATED = "unauthenticated"
+    FORBIDDEN = "forbidden"
+    NOT_FOUND = "not_found"
+    INVALID_REQUEST = "invalid_request"
+    INVALID_CURSOR = "invalid_cursor"
+    IDEMPOTENCY_KEY_REUSED = "idempotency_key_reused"
+    TOO_LARGE = "too_large"
+    UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"
+    METHOD_NOT_ALLOWED = "method_not_allowed"
+    RATE_LIMITED = "rate_limited"
+    UNAVAILABLE = "unavailable"
+    INTERNAL = "internal"
+
+
+class CloseCode(enum.IntEnum):
+    """WebSocket close codes of the ``gateway.v1`` protocol (decisions D6)."""
+
+    GOING_AWAY = 1001
+    POLICY_VIOLATION = 1008
+    MESSAGE_TOO_BIG = 1009
+    SERVICE_RESTART = 1012
+    UNAUTHENTICATED = 4001
+    TOO_SLOW = 4008
+    RATE_LIMITED = 4029
+
+
+class GatewayError(Exception):
+    """Root of every error the gateway raises on purpose.
+
+    ``code`` is the public error code, ``status`` the HTTP status it maps to, and the
+    message is safe to show to the caller (it never contains secrets or another
+    tenant's data).
+    """
+
+    code: ClassVar[ErrorCode] = ErrorCode.INTERNAL
+    status: ClassVar[int] = 500
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def body(self) -> bytes:
+        """The documented HTTP error body for this error."""
+        return error_body(self.code, self.message)
+
+
+class Unauthenticated(GatewayError):
+    code = ErrorCode.UNAUTHENTICATED
+    status = 401
+
+
+class Forbidden(GatewayError):
+    code = ErrorCode.FORBIDDEN
+    status = 403
+
+
+class NotFound(GatewayError):
+    code = ErrorCode.NOT_FOUND
+    status = 404
+
+
+class InvalidRequest(GatewayError):
+    code = ErrorCode.INVALID_REQUEST
+    status = 400
+
+
+class InvalidCursor(GatewayError):
+    code = ErrorCode.INVALID_CURSOR
+    status = 400
+
+
+class IdempotencyKeyReused(GatewayError):
+    code = ErrorCode.IDEMPOTENCY_KEY_REUSED
+    status = 409
+
+
+class TooLarge(GatewayError):
+    code = ErrorCode.TOO_LARGE
+    status = 413
+
+
+class UnsupportedMediaType(GatewayError):
+    code = ErrorCode.UNSUPPORTED_MEDIA_TYPE
+    status = 415
+
+
+class MethodNotAllowed(GatewayError):
+    code = ErrorCode.METHOD_NOT_ALLOWED
+    status = 405
+
+
+class RateLimited(GatewayError):
+    code = ErrorCode.RATE_LIMITED
+    status = 429
+
+
+class Unavailable(GatewayError):
+    """The backing store could not be reached or answered with an error."""
+
+    code = ErrorCode.UNAVAILABLE
+    status = 503
+
+
+class _Failure(msgspec.Struct, frozen=True):
+    code: str
+    message: str
+
+
+class _ErrorBody(msgspec.Struct, frozen=True):
+    error: _Failure
+
+
+_encoder = msgspec.json.Encoder()
+
+
+def error_body(code: ErrorCode | str, message: str) -> bytes:
+    """Encode ``{"error": {"code": code, "message": message}}`` with nothing else."""
+    return _encoder.encode(_ErrorBody(_Failure(str(code), message)))

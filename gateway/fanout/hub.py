@@ -1,0 +1,269 @@
+"""One reader per feed per node, and the hand-over from history to live.
+
+The hub keeps a :class:`Channel` for every feed that has subscribers on this node.
+One reader task follows all channels with a single blocking multi-feed read, encodes
+each new item once per wire format in use, and offers the same bytes to every live
+subscription.  A joining subscription reads history in bounded pages on its own
+connection task and attaches to the channel when its position has reached the
+channel's (no await between that check and the attach, so no item can slip between
+history and live; items the subscription already has are filtered by offset).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import anyio
+import structlog
+
+from gateway.cursor import Cursor
+from gateway.errors import NotFound, Unavailable
+from gateway.fanout.subscriber import Format, Subscription, SubState
+from gateway.feed import FeedKey, FeedState, StoredItem
+from gateway.log.base import Batch, FeedLog
+from gateway.metrics import Metrics
+from gateway.resume import Restart, plan, restart_cursor
+
+log = structlog.get_logger("gateway.hub")
+
+#: Bound on history rounds in one catch-up: each round reads one page or re-checks the
+#: feed.  A subscription that cannot reach the live position within this many rounds
+#: (the feed grows faster than it can read) is ended as too slow.
+MAX_CATCHUP_ROUNDS = 10_000
+
+HistoryHook = Callable[[Subscription], Awaitable[None]]
+
+
+@dataclass
+class Hooks:
+    """Test hooks; production leaves them empty."""
+
+    #: Awaited after each history page is written and before the attach check.
+    after_history_page: HistoryHook | None = None
+
+
+class Channel:
+    __slots__ = ("feed", "position", "subs")
+
+    def __init__(self, feed: FeedKey, position: Cursor) -> None:
+        self.feed = feed
+        #: The last position the reader has delivered (or the head when created).
+        self.position = position
+        #: Every subscription of this feed on this node, live or catching up.
+        self.subs: set[Subscription] = set()
+
+
+class Hub:
+    """Fan-out for one node.  Run :meth:`run` in the node's task group."""
+
+    def __init__(
+        self,
+        feed_log: FeedLog,
+        metrics: Metrics,
+        *,
+        read_batch: int = 1000,
+        read_block_ms: int = 1000,
+        history_page: int = 500,
+        hooks: Hooks | None = None,
+    ) -> None:
+        self.log = feed_log
+        self.metrics = metrics
+        self.read_batch = read_batch
+        self.read_block_ms = read_block_ms
+        self.history_page = history_page
+        self.hooks = hooks or Hooks()
+        self.channels: dict[FeedKey, Channel] = {}
+        self._changed = anyio.Event()
+        #: Monotonic time of the reader's last completed read (for readiness).
+        self.last_progress = 0.0
+
+    # -- joining -------------------------------------------------------------------
+
+    async def open(
+        self,
+        feed: FeedKey,
+        cursor: Cursor | None,
+        fmt: Format,
+        max_bytes: int,
+        *,
+        hidden: Callable[[FeedState], bool] | None = None,
+    ) -> Subscription:
+        """Plan a subscription (D2) and register it; nothing has been sent yet.
+
+        Raises NotFound (no such feed) or InvalidCursor before any output, so the
+        route can still answer with an error status.  The returned subscription is
+        either ``CATCHING_UP`` (call :meth:`catch_up` next) or ``RESTARTED``.
+        ``hidden`` lets a route treat some existing feeds as missing (host teams).  After
+        this returns the caller must eventually call :meth:`close`.
+        """
+        state = await self.log.state(feed)
+        if state is None or (hidden is not None and hidden(state)):
+            raise NotFound("no such feed")
+        decision = plan(cursor, state)
+        if isinstance(decision, Restart):
+            sub = Subscription(feed, fmt, decision.cursor, max_bytes)
+            sub.restarted(decision.cursor)
+            self.metrics.resumes.labels(outcome="epoch_restarted").inc()
+            return sub
+        sub = Subscription(feed, fmt, decision.after, max_bytes)
+        self.metrics.resumes.labels(
+            outcome="live" if decision.after.offset == state.head else "replayed"
+        ).inc()
+        await self._register(sub, state)
+        return sub
+
+    async def _register(self, sub: Subscription, state: FeedState) -> None:
+        channel = self.channels.get(sub.feed)
+        if channel is None:
+            channel = self.channels[sub.feed] = Channel(sub.feed, state.head_cursor)
+            channel.subs.add(sub)
+            self._changed.set()
+            await self.log.wake()
+        else:
+            channel.subs.add(sub)
+
+    async def catch_up(self, sub: Subscription, write: Callable[[bytes], Awaitable[None]]) -> None:
+        """Write history from ``sub.position`` until the subscription can go live.
+
+        Pages are written with ``write`` (which waits for the socket), so memory stays
+        bounded by one page.  Returns with ``sub.state`` ``LIVE`` (attached) or
+        ``RESTARTED`` (the caller sends the restart frame and ends).
+        """
+        feed = sub.feed
+        for _ in range(MAX_CATCHUP_ROUNDS):
+            channel = self.channels.get(feed)
+            if channel is None:  # closed meanwhile
+                return
+            if sub.position >= channel.position:
+                sub.state = SubState.LIVE
+                return
+            target = channel.position
+            items = await self.log.read(feed, sub.position, self.history_page)
+            if not items:
+                if not await self._check_position(sub):
+                    return
+                continue
+            await write(b"".join(sub.fmt.frame(feed, item) for item in items))
+            sub.position = items[-1].cursor
+            self.metrics.history_items.inc(len(items))
+            if self.hooks.after_history_page is not None:
+                await self.hooks.after_history_page(sub)
+            if sub.position >= target and self._behind(sub):
+                # The hand-over window: items arrived after this history read and
+                # before the attach; the next round reads them from the log.
+                self.metrics.handover_rereads.inc()
+        sub.restarted(sub.position)  # could not catch up: resume from where it is
+
+    def _behind(self, sub: Subscription) -> bool:
+        channel = self.channels.get(sub.feed)
+        return channel is not None and sub.position < channel.position
+
+    async def _check_position(self, sub: Subscription) -> bool:
+        """History read nothing: is the position still valid?  False if restarted."""
+        state = await self.log.state(sub.feed)
+        pos = sub.position
+        if state is not None and (
+            state.epoch != pos.epoch or pos.offset + 1 < state.first or pos.offset > state.head
+        ):
+            sub.restarted(restart_cursor(state))
+            self.metrics.epoch_restarts.inc()
+            return False
+        channel = self.channels.get(sub.feed)
+        if (
+            channel is not None
+            and channel.position.epoch == pos.epoch
+            and (state is None or state.head <= pos.offset)
+        ):
+            # The channel believes in items the log no longer has (lost, or rolled
+            # back; the reader reports it): let the subscription attach and wait.
+            channel.position = min(channel.position, pos)
+        return True
+
+    def close(self, sub: Subscription) -> None:
+        """Unregister a subscription (idempotent).  Drops the channel with its last one."""
+        sub.state = SubState.CLOSED if sub.state is not SubState.RESTARTED else sub.state
+        channel = self.channels.get(sub.feed)
+        if channel is None:
+            return
+        channel.subs.discard(sub)
+        if not channel.subs:
+            del self.channels[sub.feed]
+
+    # -- the reader ------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Follow every channel's feed until cancelled."""
+        backoff = 0.05
+        while True:
+            if not self.channels:
+                self.last_progress = anyio.current_time()
+                self._changed = anyio.Event()
+                with anyio.move_on_after(self.read_block_ms / 1000):
+                    await self._changed.wait()
+                continue
+            positions = {feed: ch.position for feed, ch in self.channels.items()}
+            try:
+                batches = await self.log.read_new(
+                    positions, count=self.read_batch, block_ms=self.read_block_ms
+                )
+            except Unavailable as exc:
+                self.metrics.redis_errors.inc()
+                log.warning("feed read failed", error=exc.message, retry_in=backoff)
+                await anyio.sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
+                continue
+            backoff = 0.05
+            self.last_progress = anyio.current_time()
+            for feed, batch in batches.items():
+                channel = self.channels.get(feed)
+                if channel is not None:
+                    self._dispatch(channel, batch)
+
+    def _dispatch(self, channel: Channel, batch: Batch) -> None:
+        if batch.reset is not None:
+            self._restart_all(channel, batch.reset.epoch, restart_cursor(batch.reset))
+            channel.position = batch.reset.head_cursor
+        items = batch.items
+        if not items:
+            return
+        epoch = channel.position.epoch
+        # Split at an epoch change: the new epoch's items come after the old one's.
+        split = 0
+        while split < len(items) and items[split].epoch == epoch:
+            split += 1
+        if split:
+            self._deliver(channel, items[:split])
+        if split < len(items):
+            first = items[split]
+            self._restart_all(channel, first.epoch, Cursor(first.epoch, first.offset - 1))
+            channel.position = Cursor(first.epoch, first.offset - 1)
+            self._deliver(channel, items[split:])
+
+    def _restart_all(self, channel: Channel, epoch: int, cursor: Cursor) -> None:
+        for sub in list(channel.subs):
+            if sub.state is SubState.LIVE and sub.position.epoch < epoch:
+                sub.restarted(cursor)
+                self.metrics.epoch_restarts.inc()
+
+    def _deliver(self, channel: Channel, items: list[StoredItem]) -> None:
+        channel.position = items[-1].cursor
+        encoded: dict[str, list[bytes]] = {}
+        delivered = 0
+        for sub in channel.subs:
+            if sub.state is not SubState.LIVE:
+                continue
+            frames = encoded.get(sub.fmt.name)
+            if frames is None:
+                frames = encoded[sub.fmt.name] = [
+                    sub.fmt.frame(channel.feed, item) for item in items
+                ]
+            if sub.offer(items, frames):
+                delivered += 1
+            else:
+                sub.overflow()
+                self.metrics.slow_consumer_actions.labels(action="catch_up").inc()
+        self.metrics.items_read.inc(len(items))
+        self.metrics.fanout_offers.inc(delivered)
+
+

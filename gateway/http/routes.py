@@ -1,0 +1,223 @@
+"""The HTTP routes: team feed (SSE), publishing, OpenAPI, health and metrics.
+
+Each route authenticates, checks the path, then hands over to the hub or the
+publisher.  Errors before a stream starts are JSON ``{"error": {code, message}}``
+(seed rule 5); a feed another tenant owns answers exactly like a missing one.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from importlib import resources
+
+import anyio
+import msgspec
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from gateway.auth import Authenticator, Principal
+from gateway.config import Settings
+from gateway.cursor import Cursor, parse_cursor
+from gateway.errors import (
+    Forbidden,
+    InvalidRequest,
+    MethodNotAllowed,
+    NotFound,
+    Unauthenticated,
+    Unavailable,
+    UnsupportedMediaType,
+)
+from gateway.fanout.hub import Hub
+from gateway.fanout.subscriber import Format, Subscription, SubState
+from gateway.feed import FeedKey, FeedState, StoredItem, is_team_id, team_feed
+from gateway.http.server import Request, Responder, Stream
+from gateway.metrics import Metrics
+from gateway.producer import Publisher
+from gateway.wire import sse
+from gateway.wire.teamitem import epoch_restarted_item, team_item
+
+_TEAM_EVENTS = re.compile(r"^/v1/teams/([^/]+)/events$")
+#: How many times in a row a subscriber may overflow and catch up before it is cut off.
+MAX_CATCHUPS = 3
+_NO_SUCH_TEAM = "no such team"
+
+
+def _team_sse_frame(feed: FeedKey, item: StoredItem) -> bytes:
+    cursor = item.cursor
+    return sse.message(team_item(cursor, item.data), cursor.encode())
+
+
+def _team_sse_restart(feed: FeedKey, cursor: Cursor) -> bytes:
+    return sse.message(epoch_restarted_item(cursor), cursor.encode())
+
+
+TEAM_SSE = Format("team-sse", _team_sse_frame, _team_sse_restart)
+
+_OPENAPI = resources.files("gateway.schemas").joinpath("gateway.openapi.json").read_bytes()
+
+
+class Routes:
+    def __init__(
+        self,
+        settings: Settings,
+        hub: Hub,
+        publisher: Publisher,
+        authenticator: Authenticator,
+        metrics: Metrics,
+        ready: Callable[[], Awaitable[tuple[bool, str]]],
+    ) -> None:
+        self.settings = settings
+        self.hub = hub
+        self.publisher = publisher
+        self.auth = authenticator
+        self.metrics = metrics
+        self.ready = ready
+
+    # -- dispatch --------------------------------------------------------------------
+
+    async def __call__(self, request: Request, responder: Responder) -> None:
+        path = request.path
+        match = _TEAM_EVENTS.match(path)
+        if match is not None:
+            team = match.group(1)
+            if request.method == "GET":
+                await self.team_events(request, responder, team)
+            elif request.method == "POST":
+                await self.publish_team(request, responder, team)
+            else:
+                raise MethodNotAllowed("use GET to follow or POST to publish")
+            return
+        if path.startswith("/v1/"):
+            # Every /v1 route authenticates first (seed rule 1), unknown ones too.
+            self.principal(request)
+            raise NotFound("no such route")
+        if request.method not in ("GET", "HEAD"):
+            raise MethodNotAllowed("only GET is served here")
+        if path == "/healthz":
+            responder.send(200, b'{"status":"ok"}')
+        elif path == "/readyz":
+            ok, why = await self.ready()
+            body = msgspec.json.encode({"status": "ready" if ok else "not_ready", "reason": why})
+            responder.send(200 if ok else 503, body)
+        elif path == "/metrics":
+            responder.send(
+                200, generate_latest(self.metrics.registry), CONTENT_TYPE_LATEST.encode()
+            )
+        elif path == "/openapi.json":
+            responder.send(200, _OPENAPI)
+        else:
+            raise NotFound("no such route")
+
+    # -- auth ------------------------------------------------------------------------
+
+    def principal(self, request: Request) -> Principal:
+        header = request.headers.get("authorization")
+        token: str | None = None
+        if header is not None:
+            scheme, _, value = header.partition(" ")
+            if scheme.lower() != "bearer" or not value.strip():
+                raise Unauthenticated("expected 'Authorization: Bearer <token>'")
+            token = value.strip()
+        else:
+            token = request.query_one("access_token")
+        if not token:
+            raise Unauthenticated("missing bearer token")
+        return self.auth.verify(token)
+
+    def _team_key(self, principal: Principal, team: str) -> FeedKey:
+        # A malformed id, a team outside the token's claim and another tenant's team
+        # all answer exactly like a missing team.
+        if not is_team_id(team) or not principal.may_read_team(team):
+            raise NotFound(_NO_SUCH_TEAM)
+        return team_feed(principal.tenant, team)
+
+    # -- GET /v1/teams/{team}/events -------------------------------------------------
+
+    async def team_events(self, request: Request, responder: Responder, team: str) -> None:
+        principal = self.principal(request)
+        if "subscribe" not in principal.scopes:
+            raise Unauthenticated("token lacks the subscribe scope")
+        feed = self._team_key(principal, team)
+        # Last-Event-ID wins over ?after= (seed rule 17).
+        raw = request.headers.get("last-event-id")
+        if raw is None:
+            raw = request.query_one("after")
+        cursor = parse_cursor(raw) if raw is not None else None
+        try:
+            sub = await self.hub.open(
+                feed, cursor, TEAM_SSE, self.settings.max_queue_bytes, hidden=_is_host_team
+            )
+        except NotFound:
+            raise NotFound(_NO_SUCH_TEAM) from None
+        try:
+            stream = responder.stream(200, sse.HEADERS)
+            self.metrics.connections.labels(transport="sse").inc()
+            try:
+                reason = await self._follow(sub, stream)
+            finally:
+                self.metrics.connections.labels(transport="sse").dec()
+            self.metrics.disconnects.labels(transport="sse", reason=reason).inc()
+            stream.end()
+        finally:
+            self.hub.close(sub)
+
+    async def _follow(self, sub: Subscription, stream: Stream) -> str:
+        """Serve one subscription until it ends; returns the disconnect reason."""
+        keepalive = self.settings.keepalive_seconds
+        catchups = 0
+        try:
+            while True:
+                if sub.state is SubState.CATCHING_UP:
+                    await self.hub.catch_up(sub, stream.write)
+                if sub.state is SubState.RESTARTED:
+                    assert sub.restart_at is not None
+                    await stream.write(sub.fmt.restart(sub.feed, sub.restart_at))
+                    return "epoch_restarted"
+                if sub.state is SubState.CLOSED:
+                    return "shutdown"
+                # Live: write whatever is queued as one write, keepalive when idle.
+                got = await sub.wait(keepalive)
+                data = sub.take()
+                if data:
+                    await stream.write(data)
+                elif not got:
+                    await stream.write(sse.KEEPALIVE)
+                if sub.state is SubState.OVERFLOW:
+                    catchups += 1
+                    if catchups > MAX_CATCHUPS:
+                        self.metrics.slow_consumer_actions.labels(action="disconnect").inc()
+                        return "slow"
+                    sub.state = SubState.CATCHING_UP
+        except anyio.BrokenResourceError:
+            return "client"
+
+    # -- POST /v1/teams/{team}/events ------------------------------------------------
+
+    async def publish_team(self, request: Request, responder: Responder, team: str) -> None:
+        principal = self.principal(request)
+        if "publish" not in principal.scopes:
+            raise Forbidden("token lacks the publish scope")
+        feed = self._team_key(principal, team)
+        body = decode_json_body(request)
+        cursors = await self.publisher.publish_team(feed.tenant, feed.id, body, path="http")
+        responder.send(200, msgspec.json.encode({"cursors": [str(c) for c in cursors]}))
+
+
+def _is_host_team(state: FeedState) -> bool:
+    return state.host
+
+
+def decode_json_body(request: Request) -> object:
+    ctype = request.headers.get("content-type", "")
+    media = ctype.split(";", 1)[0].strip().lower()
+    if media != "application/json":
+        raise UnsupportedMediaType("content-type must be application/json")
+    if not request.body:
+        raise InvalidRequest("body: expected JSON, got nothing")
+    try:
+        return msgspec.json.decode(request.body)
+    except msgspec.DecodeError as exc:
+        raise InvalidRequest(f"body: malformed JSON ({exc})") from exc
+
+
+__all__ = ["TEAM_SSE", "Routes", "Unavailable", "decode_json_body"]

@@ -1,0 +1,359 @@
+"""The HTTP/1.1 listener: a thin asyncio adapter around h11's sans-I/O parser.
+
+One :class:`HttpConnection` per TCP connection parses requests with h11 (bounded
+header and body sizes), runs each request's handler as a task in the server's anyio
+task group, and gives the handler a :class:`Responder` for a plain response or a
+long-lived stream.  Streams are written straight to the transport with HTTP/1.1
+chunked framing; the handler awaits :meth:`Stream.write`, which waits while the
+kernel buffer is full, so a slow client holds back only its own handler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, cast
+from urllib.parse import parse_qs, urlsplit
+
+import anyio
+import anyio.abc
+import h11
+import structlog
+
+from gateway.errors import GatewayError, InvalidRequest, TooLarge, error_body
+
+log = structlog.get_logger("gateway.http")
+
+#: Largest request head (request line and headers) accepted.
+MAX_HEAD_BYTES = 16 * 1024
+
+
+class Request:
+    __slots__ = ("body", "headers", "http11", "method", "path", "query", "raw_target")
+
+    def __init__(
+        self, method: str, target: bytes, headers: dict[str, str], http11: bool
+    ) -> None:
+        self.method = method
+        self.raw_target = target
+        parts = urlsplit(target.decode("latin-1"))
+        self.path = parts.path
+        self.query = parse_qs(parts.query, keep_blank_values=True)
+        self.headers = headers
+        self.http11 = http11
+        self.body = b""
+
+    def query_one(self, name: str) -> str | None:
+        values = self.query.get(name)
+        return values[0] if values else None
+
+
+Handler = Callable[[Request, "Responder"], Awaitable[None]]
+RequestTask = Callable[[Request], Coroutine[Any, Any, None]]
+
+
+class Stream:
+    """A response body of unknown length (SSE).  Write, then :meth:`end`."""
+
+    def __init__(self, conn: HttpConnection, chunked: bool) -> None:
+        self._conn = conn
+        self._chunked = chunked
+
+    async def write(self, data: bytes) -> None:
+        """Write and wait until the transport accepts more (flow control)."""
+        if not data:
+            return
+        self.write_nowait(data)
+        await self._conn.drain()
+
+    def write_nowait(self, data: bytes) -> None:
+        conn = self._conn
+        if conn.transport is None or conn.transport.is_closing():
+            raise anyio.BrokenResourceError
+        if self._chunked:
+            conn.transport.writelines((b"%x\r\n" % len(data), data, b"\r\n"))
+        else:
+            conn.transport.write(data)
+
+    def end(self) -> None:
+        conn = self._conn
+        if conn.transport is not None and not conn.transport.is_closing():
+            if self._chunked:
+                conn.transport.write(b"0\r\n\r\n")
+            conn.transport.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._conn.transport is None or self._conn.transport.is_closing()
+
+
+class Responder:
+    """How a handler answers: once with :meth:`send`, or with :meth:`stream`."""
+
+    def __init__(self, conn: HttpConnection, request: Request) -> None:
+        self._conn = conn
+        self._request = request
+        self.started = False
+        self.status = 0
+
+    def send(
+        self,
+        status: int,
+        body: bytes,
+        content_type: bytes = b"application/json",
+        headers: list[tuple[bytes, bytes]] | None = None,
+    ) -> None:
+        if self.started:
+            raise RuntimeError("response already started")
+        self.started = True
+        self.status = status
+        all_headers = [(b"content-type", content_type), (b"content-length", b"%d" % len(body))]
+        all_headers += headers or []
+        self._conn.send_simple(status, all_headers, body)
+
+    def error(self, exc: GatewayError) -> None:
+        self.send(exc.status, exc.body())
+
+    def stream(self, status: int, headers: list[tuple[bytes, bytes]]) -> Stream:
+        if self.started:
+            raise RuntimeError("response already started")
+        self.started = True
+        self.status = status
+        return self._conn.start_stream(status, headers, self._request.http11)
+
+
+class HttpConnection(asyncio.Protocol):
+    def __init__(self, server: HttpServer) -> None:
+        self.server = server
+        self.transport: asyncio.Transport | None = None
+        self._h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
+        self._can_write = asyncio.Event()
+        self._can_write.set()
+        self._request: Request | None = None
+        self._body = bytearray()
+        self._busy = False
+        self._streaming = False
+        self._scope: anyio.CancelScope | None = None
+
+    # -- asyncio.Protocol --------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports implement asyncio.Transport without subclassing it.
+        self.transport = cast(asyncio.Transport, transport)
+        self.server.connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.server.connections.discard(self)
+        self.transport = None
+        self._can_write.set()
+        if self._scope is not None:
+            self._scope.cancel()
+
+    def pause_writing(self) -> None:
+        self._can_write.clear()
+
+    def resume_writing(self) -> None:
+        self._can_write.set()
+
+    def data_received(self, data: bytes) -> None:
+        if self._streaming:
+            return  # a streaming client has nothing more to say; ignore
+        try:
+            self._h11.receive_data(data)
+        except h11.RemoteProtocolError:
+            self._fail(400, InvalidRequest("malformed HTTP request"))
+            return
+        self._pump()
+
+    def eof_received(self) -> bool | None:
+        with contextlib.suppress(h11.RemoteProtocolError):
+            self._h11.receive_data(b"")
+        return None
+
+    # -- parsing ---------------------------------------------------------------------
+
+    def _pump(self) -> None:
+        while not self._busy and self.transport is not None:
+            try:
+                event = self._h11.next_event()
+            except h11.RemoteProtocolError as exc:
+                status = 431 if "too long" in str(exc).lower() else 400
+                self._fail(status, InvalidRequest("malformed or oversized HTTP request"))
+                return
+            if event is h11.NEED_DATA or event is h11.PAUSED:
+                return
+            if isinstance(event, h11.Request):
+                headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in event.headers}
+                self._request = Request(
+                    event.method.decode("ascii"),
+                    event.target,
+                    headers,
+                    event.http_version == b"1.1",
+                )
+                self._body.clear()
+                length = headers.get("content-length")
+                if length is not None and length.isdigit() and int(length) > self.server.max_body:
+                    self._fail(413, TooLarge(self._too_large()))
+                    return
+            elif isinstance(event, h11.Data):
+                if len(self._body) + len(event.data) > self.server.max_body:
+                    self._fail(413, TooLarge(self._too_large()))
+                    return
+                self._body += event.data
+            elif isinstance(event, h11.EndOfMessage):
+                request = self._request
+                assert request is not None
+                request.body = bytes(self._body)
+                self._busy = True
+                self.server.spawn(self._handle, request)
+            elif isinstance(event, h11.ConnectionClosed):
+                if self.transport is not None:
+                    self.transport.close()
+                return
+
+    def _too_large(self) -> str:
+        return f"request body is larger than {self.server.max_body} bytes"
+
+    def _fail(self, status: int, exc: GatewayError) -> None:
+        """Answer a request we could not parse or accept, then close the connection."""
+        if self.transport is None:
+            return
+        body = exc.body()
+        head = (
+            b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
+            b"connection: close\r\n\r\n" % (status, _reason(status), len(body))
+        )
+        self.transport.write(head + body)
+        self.transport.close()
+
+    # -- handling --------------------------------------------------------------------
+
+    async def _handle(self, request: Request) -> None:
+        responder = Responder(self, request)
+        with anyio.CancelScope() as scope:
+            self._scope = scope
+            if self.transport is None:
+                return
+            try:
+                await self.server.handler(request, responder)
+            except GatewayError as exc:
+                if not responder.started:
+                    responder.error(exc)
+            except anyio.BrokenResourceError:
+                pass
+            except Exception:
+                log.exception("handler failed", path=request.path, method=request.method)
+                if not responder.started:
+                    responder.send(500, error_body("internal", "internal error"))
+        self._scope = None
+        self.server.observe(request, responder)
+        if self._streaming:
+            if self.transport is not None:
+                self.transport.close()
+            return
+        if not responder.started and self.transport is not None:
+            self.transport.close()
+            return
+        self._busy = False
+        if self._h11.our_state is h11.MUST_CLOSE or self._h11.their_state is h11.MUST_CLOSE:
+            if self.transport is not None:
+                self.transport.close()
+            return
+        try:
+            self._h11.start_next_cycle()
+        except h11.LocalProtocolError:
+            if self.transport is not None:
+                self.transport.close()
+            return
+        self._pump()
+
+    def send_simple(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+        if self.transport is None:
+            return
+        response = h11.Response(status_code=status, headers=headers, reason=_reason(status))
+        out = self._h11.send(response)
+        if body:
+            out += self._h11.send(h11.Data(data=body))
+        out += self._h11.send(h11.EndOfMessage())
+        self.transport.write(out)
+
+    def start_stream(
+        self, status: int, headers: list[tuple[bytes, bytes]], http11: bool
+    ) -> Stream:
+        self._streaming = True
+        if self.transport is None:
+            raise anyio.BrokenResourceError
+        chunked = http11
+        all_headers = list(headers)
+        if chunked:
+            all_headers.append((b"transfer-encoding", b"chunked"))
+        all_headers.append((b"connection", b"close" if not chunked else b"keep-alive"))
+        head = b"HTTP/1.1 %d %s\r\n" % (status, _reason(status))
+        head += b"".join(k + b": " + v + b"\r\n" for k, v in all_headers) + b"\r\n"
+        self.transport.write(head)
+        return Stream(self, chunked)
+
+    async def drain(self) -> None:
+        if not self._can_write.is_set():
+            await self._can_write.wait()
+        if self.transport is None:
+            raise anyio.BrokenResourceError
+
+
+_REASONS = {
+    200: b"OK", 400: b"Bad Request", 401: b"Unauthorized", 403: b"Forbidden",
+    404: b"Not Found", 405: b"Method Not Allowed", 409: b"Conflict", 413: b"Content Too Large",
+    415: b"Unsupported Media Type", 429: b"Too Many Requests",
+    431: b"Request Header Fields Too Large",
+    500: b"Internal Server Error", 503: b"Service Unavailable",
+}
+
+
+def _reason(status: int) -> bytes:
+    return _REASONS.get(status, b"Unknown")
+
+
+class HttpServer:
+    """Listens and runs handlers in ``task_group``.  Create, then ``await start()``."""
+
+    def __init__(
+        self,
+        handler: Handler,
+        task_group: anyio.abc.TaskGroup,
+        *,
+        max_body: int,
+        observe: Callable[[Request, Responder], None] | None = None,
+    ) -> None:
+        self.handler = handler
+        self.max_body = max_body
+        self._tg = task_group
+        self._observe = observe
+        self.connections: set[HttpConnection] = set()
+        self._server: asyncio.base_events.Server | None = None
+
+    def spawn(self, fn: RequestTask, request: Request) -> None:
+        self._tg.start_soon(fn, request)
+
+    def observe(self, request: Request, responder: Responder) -> None:
+        if self._observe is not None:
+            self._observe(request, responder)
+
+    async def start(self, host: str, port: int) -> int:
+        """Start listening; returns the bound port (useful with port 0)."""
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: HttpConnection(self), host, port, reuse_address=True, backlog=2048
+        )
+        sock = self._server.sockets[0]
+        bound: Any = sock.getsockname()
+        return int(bound[1])
+
+    def stop_listening(self) -> None:
+        if self._server is not None:
+            self._server.close()
+
+    def close_all(self) -> None:
+        for conn in list(self.connections):
+            if conn.transport is not None:
+                conn.transport.close()

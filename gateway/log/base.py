@@ -1,0 +1,138 @@
+"""The feed-log interface: what every log (Redis Streams, embedded) must do.
+
+Semantics (decisions D1), identical for every implementation and tested against both:
+
+- Offsets in an epoch are contiguous from 1; ``append`` assigns the next ones atomically.
+- An item whose key (a team event's ``event_id``) the feed still retains is not appended
+  again: its original cursor is returned.  The same key with different data raises
+  :class:`~gateway.errors.IdempotencyKeyReused` and nothing of the batch is appended.
+- A feed moves to a new, larger epoch whenever its history cannot be trusted: its
+  metadata is missing (data loss; also how a feed is created), or what this node saw of
+  it earlier is no longer there (a failover or restore rolled it back).  The new epoch
+  starts empty.
+- Retention keeps at most ``retention`` items per feed; trimming never changes the epoch.
+- Every item carries a hash-chain value ``chain = sha1_hex(previous_chain + data)`` so
+  a reader can tell that what follows its position continues what it saw.
+"""
+
+from __future__ import annotations
+
+import abc
+import hashlib
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+
+import msgspec
+
+from gateway.cursor import Cursor
+from gateway.feed import AppendResult, FeedKey, FeedState, Known, NewItem, StoredItem
+
+#: How many feeds' last-seen positions a node remembers for rollback detection.
+KNOWN_FEEDS_LIMIT = 100_000
+
+
+def chain_next(previous: str, data: bytes) -> str:
+    """The chain value after an item (the Lua append step computes the same)."""
+    return hashlib.sha1(previous.encode("ascii") + data).hexdigest()
+
+
+class Batch(msgspec.Struct):
+    """What one read returned for one feed.
+
+    ``reset`` is set when the feed's history no longer continues the position that was
+    read from (a rollback was detected and the feed moved to a new epoch): followers of
+    the feed must be told ``epoch_restarted`` with a cursor in the new state.
+    """
+
+    items: list[StoredItem]
+    reset: FeedState | None = None
+
+
+class FeedLog(abc.ABC):
+    """A store of feeds.  Implementations: :mod:`gateway.log.redis`, :mod:`gateway.log.memory`."""
+
+    #: Whether items survive a restart of the gateway.
+    durable: bool = False
+
+    def __init__(self) -> None:
+        self._known: OrderedDict[FeedKey, Known] = OrderedDict()
+
+    # -- what this node has seen, for rollback detection -------------------------------
+
+    def known(self, feed: FeedKey) -> Known | None:
+        return self._known.get(feed)
+
+    def _remember(self, feed: FeedKey, epoch: int, offset: int, chain: str) -> None:
+        current = self._known.get(feed)
+        if current is not None and (current.epoch, current.offset) >= (epoch, offset):
+            return
+        self._known[feed] = Known(epoch, offset, chain)
+        self._known.move_to_end(feed)
+        if len(self._known) > KNOWN_FEEDS_LIMIT:
+            self._known.popitem(last=False)
+
+    def _forget(self, feed: FeedKey) -> None:
+        self._known.pop(feed, None)
+
+    def _reset_known(self, feed: FeedKey, state: FeedState) -> None:
+        self._known[feed] = Known(state.epoch, state.head, state.chain)
+
+    # -- the interface ---------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def append(
+        self, feed: FeedKey, items: Sequence[NewItem], *, retention: int
+    ) -> AppendResult:
+        """Append ``items`` in order as one atomic step; see the module docstring.
+
+        Raises IdempotencyKeyReused (message names the item index) or Unavailable.
+        """
+
+    @abc.abstractmethod
+    async def state(self, feed: FeedKey) -> FeedState | None:
+        """The feed's current state, or ``None`` when the feed does not exist."""
+
+    @abc.abstractmethod
+    async def read(self, feed: FeedKey, after: Cursor, limit: int) -> list[StoredItem]:
+        """Up to ``limit`` items of epoch ``after.epoch`` with offsets above ``after.offset``.
+
+        Returns ``[]`` when there are none, including when the feed has since moved to
+        another epoch (the caller re-reads :meth:`state` to find out).
+        """
+
+    @abc.abstractmethod
+    async def read_new(
+        self, positions: Mapping[FeedKey, Cursor], *, count: int, block_ms: int
+    ) -> dict[FeedKey, Batch]:
+        """Wait up to ``block_ms`` for items beyond each position; return those that came.
+
+        Items of a newer epoch follow the position's epoch's items in the same batch.
+        Returns an empty dict on timeout or after :meth:`wake`.  After this returns, the
+        caller must call it again with updated positions to keep following.
+        """
+
+    @abc.abstractmethod
+    async def wake(self) -> None:
+        """Make a blocked :meth:`read_new` return soon (the set of feeds changed)."""
+
+    async def verify(self, positions: Mapping[FeedKey, Cursor]) -> dict[FeedKey, Batch]:
+        """Check, after a reconnect, that each followed feed still continues what was seen.
+
+        Returns a :class:`Batch` with ``reset`` for every feed whose history was rolled
+        back (those feeds are now in a new epoch).  The embedded log cannot roll back.
+        """
+        return {}
+
+    async def aclose(self) -> None:  # noqa: B027 - optional hook
+        """Release connections.  After this the log must not be used."""
+
+    @staticmethod
+    def epoch_floor(now_ms: int, previous: int) -> int:
+        """A new epoch: the clock in ms, or one more than the previous if that is not later."""
+        return now_ms if now_ms > previous else previous + 1
+
+
+def split_known(known: Known | None) -> tuple[int, int, str]:
+    if known is None:
+        return 0, 0, ""
+    return known.epoch, known.offset, known.chain

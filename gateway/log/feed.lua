@@ -1,0 +1,155 @@
+-- The feed log's one atomic server-side step (docs/architecture.md, "The append step").
+--
+-- KEYS: 1 meta hash, 2 stream, 3 idempotency-key hash (one hash slot: same {tag}).
+-- ARGV: 1 mode ("append" | "check"), 2 retention, 3 known epoch (0: none),
+--       4 known offset, 5 known chain, 6 item count n,
+--       then per item: key ("" for none), data, host-opening flag ("1"/"0").
+--
+-- Stream entry ids are "<epoch>-<offset>", so a cursor is an entry id and entries of
+-- a newer epoch sort after every entry of an older one.  Entry fields: d (data),
+-- c (chain after this item), k (idempotency key).
+--
+-- Returns {status, epoch, head, first, chain, host, reason, offsets...} where status is
+-- "ok", "reused" (then the 2nd element is the failing item index and nothing was
+-- written) or "absent" (check mode on a feed that does not exist).
+
+local M, S, I = KEYS[1], KEYS[2], KEYS[3]
+local mode = ARGV[1]
+local retention = tonumber(ARGV[2])
+local kepoch, koff, kchain = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
+local n = tonumber(ARGV[6])
+
+local function fmt(x) return string.format('%d', x) end
+
+local meta = redis.call('HMGET', M, 'epoch', 'head', 'chain', 'host')
+local epoch, head, chain, host = tonumber(meta[1]), tonumber(meta[2]), meta[3], meta[4]
+
+local function entry(off)
+  local id = fmt(epoch) .. '-' .. fmt(off)
+  local r = redis.call('XRANGE', S, id, id)
+  if #r == 0 then return nil end
+  local f, t = r[1][2], {}
+  for i = 1, #f, 2 do t[f[i]] = f[i + 1] end
+  return t
+end
+
+-- Does the stored history still continue what this node saw?
+local reason = ''
+if not epoch then
+  reason = 'missing'
+elseif kepoch > 0 then
+  if kepoch > epoch then
+    reason = 'rollback'
+  elseif kepoch == epoch then
+    if koff > head then
+      reason = 'rollback'
+    elseif koff == head then
+      if chain ~= kchain then reason = 'rollback' end
+    elseif koff > 0 then
+      local e = entry(koff)
+      if e and e['c'] ~= kchain then reason = 'rollback' end
+    end
+  end
+end
+
+local function first_offset()
+  local r = redis.call('XRANGE', S, '-', '+', 'COUNT', 1)
+  if #r == 0 then return head + 1 end
+  return tonumber(string.match(r[1][1], '-(%d+)$'))
+end
+
+local function new_epoch()
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local prev = epoch or 0
+  if kepoch > prev then prev = kepoch end
+  -- With the metadata gone the stream may still hold the old epoch's entries.
+  local last = redis.call('XREVRANGE', S, '+', '-', 'COUNT', 1)
+  if #last > 0 then
+    local ms = tonumber(string.match(last[1][1], '^(%d+)'))
+    if ms > prev then prev = ms end
+  end
+  if now <= prev then now = prev + 1 end
+  redis.call('DEL', S, I)
+  epoch, head, chain = now, 0, ''
+  if reason == 'missing' then host = false end
+  redis.call('HSET', M, 'epoch', fmt(epoch), 'head', '0', 'chain', '')
+  if not host then redis.call('HDEL', M, 'host') end
+end
+
+local function result(status, offsets)
+  local out = {status, fmt(epoch), fmt(head), fmt(first_offset()), chain, host or '', reason}
+  for i = 1, #offsets do out[#out + 1] = fmt(offsets[i]) end
+  return out
+end
+
+if mode == 'check' then
+  if reason == 'missing' then return {'absent'} end
+  if reason == 'rollback' then new_epoch() end
+  return result('ok', {})
+end
+
+-- Plan the batch before writing anything, so a rejected batch writes nothing.
+local offsets, new, seen = {}, {}, {}
+local next_off = head or 0
+if reason ~= '' then next_off = 0 end
+for i = 0, n - 1 do
+  local key, data = ARGV[7 + i * 3], ARGV[8 + i * 3]
+  local off = nil
+  if key ~= '' then
+    local prior = seen[key]
+    if prior then
+      if prior[1] ~= data then return {'reused', i} end
+      off = prior[2]
+    elseif reason == '' then
+      local stored = redis.call('HGET', I, key)
+      if stored then
+        local e = entry(tonumber(stored))
+        if e then
+          if e['d'] ~= data then return {'reused', i} end
+          off = tonumber(stored)
+        end
+      end
+    end
+  end
+  if off == nil then
+    next_off = next_off + 1
+    off = next_off
+    new[#new + 1] = i
+  end
+  if key ~= '' and not seen[key] then seen[key] = {data, off} end
+  offsets[#offsets + 1] = off
+end
+
+if reason ~= '' then new_epoch() end
+
+for _, i in ipairs(new) do
+  local key, data, hostflag = ARGV[7 + i * 3], ARGV[8 + i * 3], ARGV[9 + i * 3]
+  head = head + 1
+  chain = redis.sha1hex(chain .. data)
+  redis.call('XADD', S, fmt(epoch) .. '-' .. fmt(head), 'd', data, 'c', chain, 'k', key)
+  if key ~= '' then redis.call('HSET', I, key, fmt(head)) end
+  if head == 1 and not host then
+    host = hostflag
+    redis.call('HSET', M, 'host', host)
+  end
+end
+if #new > 0 then redis.call('HSET', M, 'head', fmt(head), 'chain', chain) end
+
+-- Retention: at most 1000 entries per call, so the step stays short; later appends
+-- trim the rest when the limit was lowered.
+local len = redis.call('XLEN', S)
+if len > retention then
+  local old = redis.call('XRANGE', S, '-', '+', 'COUNT', math.min(len - retention, 1000))
+  local ids = {}
+  for _, ent in ipairs(old) do
+    ids[#ids + 1] = ent[1]
+    local f = ent[2]
+    for j = 1, #f, 2 do
+      if f[j] == 'k' and f[j + 1] ~= '' then redis.call('HDEL', I, f[j + 1]) end
+    end
+  end
+  redis.call('XDEL', S, unpack(ids))
+end
+
+return result('ok', offsets)

@@ -1,0 +1,173 @@
+"""The embedded log: the same feed semantics as the Redis log, in this process's memory.
+
+Used when no Redis URL is configured.  Nothing survives a restart: every feed starts a
+new epoch when the process starts again, exactly as after a Redis data loss.  Appends
+and reads never await in the middle, so each is atomic on the event loop.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Mapping, Sequence
+
+import anyio
+
+from gateway.cursor import Cursor
+from gateway.errors import IdempotencyKeyReused
+from gateway.feed import AppendResult, FeedKey, FeedState, NewItem, StoredItem
+from gateway.log.base import Batch, FeedLog, chain_next
+
+
+class _Feed:
+    __slots__ = ("chain", "epoch", "head", "host", "items", "keys")
+
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+        self.head = 0
+        self.chain = ""
+        self.host: bool | None = None
+        self.items: deque[tuple[StoredItem, str | None]] = deque()
+        self.keys: dict[str, int] = {}
+
+    def state(self) -> FeedState:
+        first = self.items[0][0].offset if self.items else self.head + 1
+        return FeedState(self.epoch, self.head, first, bool(self.host), self.chain)
+
+    def at(self, offset: int) -> StoredItem | None:
+        if not self.items:
+            return None
+        index = offset - self.items[0][0].offset
+        if 0 <= index < len(self.items):
+            return self.items[index][0]
+        return None
+
+
+class MemoryLog(FeedLog):
+    durable = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._feeds: dict[FeedKey, _Feed] = {}
+        self._changed = anyio.Event()
+        self._last_epoch = 0
+
+    def _new_epoch(self) -> int:
+        self._last_epoch = self.epoch_floor(int(time.time() * 1000), self._last_epoch)
+        return self._last_epoch
+
+    async def append(
+        self, feed: FeedKey, items: Sequence[NewItem], *, retention: int
+    ) -> AppendResult:
+        f = self._feeds.get(feed)
+        new_epoch = f is None
+        # Plan first so that a rejected batch writes nothing.
+        planned: list[int | None] = []
+        batch_keys: dict[str, tuple[bytes, int]] = {}
+        next_offset = 0 if f is None else f.head
+        for index, item in enumerate(items):
+            existing: int | None = None
+            if item.key:
+                if item.key in batch_keys:
+                    data, existing = batch_keys[item.key]
+                    if data != item.data:
+                        raise IdempotencyKeyReused(_reused(index))
+                elif f is not None and item.key in f.keys:
+                    existing = f.keys[item.key]
+                    stored = f.at(existing)
+                    if stored is not None and stored.data != item.data:
+                        raise IdempotencyKeyReused(_reused(index))
+            if existing is None:
+                next_offset += 1
+                existing_or_new = next_offset
+                planned.append(None)
+            else:
+                existing_or_new = existing
+                planned.append(existing)
+            if item.key and item.key not in batch_keys:
+                batch_keys[item.key] = (item.data, existing_or_new)
+        if f is None:
+            f = self._feeds[feed] = _Feed(self._new_epoch())
+        cursors: list[Cursor] = []
+        for item, existing in zip(items, planned, strict=True):
+            if existing is not None:
+                cursors.append(Cursor(f.epoch, existing))
+                continue
+            f.head += 1
+            f.chain = chain_next(f.chain, item.data)
+            stored = StoredItem(f.epoch, f.head, item.data, f.chain)
+            f.items.append((stored, item.key or None))
+            if item.key:
+                f.keys[item.key] = f.head
+            if f.host is None and f.head == 1:
+                f.host = item.host_opening
+            cursors.append(stored.cursor)
+        while len(f.items) > retention:
+            _, key = f.items.popleft()
+            if key is not None:
+                f.keys.pop(key, None)
+        state = f.state()
+        self._remember(feed, f.epoch, f.head, f.chain)
+        self._changed.set()
+        self._changed = anyio.Event()
+        return AppendResult(cursors, new_epoch, state)
+
+    async def state(self, feed: FeedKey) -> FeedState | None:
+        f = self._feeds.get(feed)
+        return None if f is None else f.state()
+
+    async def read(self, feed: FeedKey, after: Cursor, limit: int) -> list[StoredItem]:
+        f = self._feeds.get(feed)
+        if f is None or f.epoch != after.epoch or not f.items:
+            return []
+        start = max(0, after.offset + 1 - f.items[0][0].offset)
+        out = []
+        for index in range(start, min(len(f.items), start + limit)):
+            out.append(f.items[index][0])
+        return out
+
+    async def read_new(
+        self, positions: Mapping[FeedKey, Cursor], *, count: int, block_ms: int
+    ) -> dict[FeedKey, Batch]:
+        found = self._collect(positions, count)
+        if found:
+            return found
+        changed = self._changed
+        with anyio.move_on_after(block_ms / 1000):
+            await changed.wait()
+        return self._collect(positions, count)
+
+    def _collect(self, positions: Mapping[FeedKey, Cursor], count: int) -> dict[FeedKey, Batch]:
+        out: dict[FeedKey, Batch] = {}
+        for feed, pos in positions.items():
+            f = self._feeds.get(feed)
+            if f is None:
+                continue
+            if f.epoch == pos.epoch:
+                items = self._after(f, pos.offset, count)
+            elif f.epoch > pos.epoch:
+                items = self._after(f, 0, count)
+            else:
+                items = []
+            if items:
+                out[feed] = Batch(items)
+        return out
+
+    @staticmethod
+    def _after(f: _Feed, offset: int, count: int) -> list[StoredItem]:
+        if not f.items:
+            return []
+        start = max(0, offset + 1 - f.items[0][0].offset)
+        return [f.items[i][0] for i in range(start, min(len(f.items), start + count))]
+
+    async def wake(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    def drop(self, feed: FeedKey) -> None:
+        """Forget a feed entirely, as a Redis data loss would (for tests and operators)."""
+        self._feeds.pop(feed, None)
+
+
+def _reused(index: int) -> str:
+    return f"item {index}: event_id was already used for a different item"

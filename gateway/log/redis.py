@@ -1,0 +1,229 @@
+"""The feed log on Redis Streams.
+
+Key layout (all keys of one feed share the hash tag ``{<tenant>:<kind>:<id>}``, so
+they live in one Redis Cluster slot):
+
+- ``<prefix>:<tag>:m``: hash ``epoch``, ``head``, ``chain``, ``host``
+- ``<prefix>:<tag>:s``: stream; entry id ``<epoch>-<offset>``, fields ``d`` (data),
+  ``c`` (chain value after the item), ``k`` (idempotency key)
+- ``<prefix>:<tag>:i``: hash idempotency key -> offset, for retained items only
+- ``<prefix>:node:<node>:wake``: a tiny stream this node's blocked read also waits on
+
+Appending and rollback checks are one Lua step (``feed.lua`` beside this file).
+Every ``redis.exceptions`` error is translated to :class:`~gateway.errors.Unavailable`
+here; nothing above this module sees redis-py's exceptions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from importlib import resources
+from typing import Any
+
+import anyio
+import redis.asyncio as aioredis
+import redis.exceptions
+
+from gateway.cursor import Cursor
+from gateway.errors import IdempotencyKeyReused, Unavailable
+from gateway.feed import AppendResult, FeedKey, FeedState, NewItem, StoredItem
+from gateway.log.base import Batch, FeedLog, chain_next, split_known
+
+_MAX_SEQ = 18446744073709551615  # stream ids are <ms>-<seq>, both 64-bit
+_SCRIPT = resources.files("gateway.log").joinpath("feed.lua").read_text()
+
+
+@contextlib.contextmanager
+def _translate(what: str) -> Iterator[None]:
+    """Map redis-py and socket failures to Unavailable (the boundary of the adapter)."""
+    try:
+        yield
+    except redis.exceptions.ResponseError as exc:
+        raise Unavailable(f"redis rejected {what}: {exc}") from exc
+    except (redis.exceptions.RedisError, OSError) as exc:
+        raise Unavailable(f"redis unavailable during {what}") from exc
+
+
+class RedisLog(FeedLog):
+    durable = True
+
+    def __init__(self, url: str, *, prefix: str = "gw", node_id: str | None = None) -> None:
+        super().__init__()
+        # redis-py's own annotations are looser than its replies; the adapter owns them.
+        self._redis: Any = aioredis.Redis.from_url(
+            url,
+            decode_responses=False,
+            socket_connect_timeout=5,
+            socket_keepalive=True,
+            health_check_interval=30,
+        )
+        self._prefix = prefix
+        self._script = self._redis.register_script(_SCRIPT)
+        self.node_id = node_id or f"{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self._wake_key = f"{prefix}:node:{self.node_id}:wake".encode()
+        self._wake_id = b"0-0"
+        # Set on any connection failure: the next read verifies what this node follows.
+        self._suspect = False
+
+    @property
+    def client(self) -> Any:
+        """The redis-py client, for other adapters in this package (inbox, health)."""
+        return self._redis
+
+    def keys(self, feed: FeedKey) -> tuple[str, str, str]:
+        base = f"{self._prefix}:{feed.tag()}"
+        return base + ":m", base + ":s", base + ":i"
+
+    @contextlib.contextmanager
+    def _io(self, what: str) -> Iterator[None]:
+        try:
+            with _translate(what):
+                yield
+        except Unavailable:
+            self._suspect = True
+            raise
+
+    async def _run(self, feed: FeedKey, mode: str, retention: int, items: Sequence[NewItem]) -> Any:
+        known_epoch, known_offset, known_chain = split_known(self.known(feed))
+        args: list[Any] = [mode, retention, known_epoch, known_offset, known_chain, len(items)]
+        for item in items:
+            args += [item.key or "", item.data, "1" if item.host_opening else "0"]
+        with self._io(mode):
+            return await self._script(keys=list(self.keys(feed)), args=args)
+
+    @staticmethod
+    def _state(reply: list[Any]) -> FeedState:
+        return FeedState(
+            epoch=int(reply[1]),
+            head=int(reply[2]),
+            first=int(reply[3]),
+            host=reply[5] == b"1",
+            chain=reply[4].decode("ascii"),
+        )
+
+    async def append(
+        self, feed: FeedKey, items: Sequence[NewItem], *, retention: int
+    ) -> AppendResult:
+        reply = await self._run(feed, "append", retention, items)
+        if reply[0] == b"reused":
+            raise IdempotencyKeyReused(
+                f"item {int(reply[1])}: event_id was already used for a different item"
+            )
+        state = self._state(reply)
+        cursors = [Cursor(state.epoch, int(off)) for off in reply[7:]]
+        self._reset_known(feed, state)
+        return AppendResult(cursors, reply[6] != b"", state)
+
+    async def state(self, feed: FeedKey) -> FeedState | None:
+        reply = await self._run(feed, "check", 1, ())
+        if reply[0] == b"absent":
+            return None
+        state = self._state(reply)
+        if reply[6] == b"rollback":
+            self._reset_known(feed, state)
+        return state
+
+    async def read(self, feed: FeedKey, after: Cursor, limit: int) -> list[StoredItem]:
+        _, stream, _ = self.keys(feed)
+        with self._io("read"):
+            entries = await self._redis.xrange(
+                stream, f"{after.epoch}-{after.offset + 1}", f"{after.epoch}-{_MAX_SEQ}", limit
+            )
+        items = [_item(entry_id, fields) for entry_id, fields in entries]
+        if items and not self._continues(feed, items):
+            # The stored history contradicts what this node saw: move the feed on.
+            await self.state(feed)
+            return []
+        return items
+
+    def _continues(self, feed: FeedKey, items: list[StoredItem]) -> bool:
+        """Check items against what this node saw of the feed, then remember them."""
+        known = self.known(feed)
+        for item in items:
+            if known is not None and item.epoch == known.epoch:
+                if item.offset == known.offset and item.chain != known.chain:
+                    return False
+                if item.offset == known.offset + 1 and item.chain != chain_next(
+                    known.chain, item.data
+                ):
+                    return False
+            if known is None or (item.epoch, item.offset) > (known.epoch, known.offset):
+                self._remember(feed, item.epoch, item.offset, item.chain)
+                known = self.known(feed)
+        return True
+
+    async def read_new(
+        self, positions: Mapping[FeedKey, Cursor], *, count: int, block_ms: int
+    ) -> dict[FeedKey, Batch]:
+        if self._suspect:
+            resets = await self.verify(positions)
+            self._suspect = False
+            if resets:
+                return resets
+        names: dict[bytes, FeedKey] = {}
+        streams: dict[bytes, bytes] = {}
+        for feed, pos in positions.items():
+            key = self.keys(feed)[1].encode()
+            names[key] = feed
+            streams[key] = b"%d-%d" % (pos.epoch, pos.offset)
+        streams[self._wake_key] = self._wake_id
+        # A blocked read that never returns (a paused Redis) must not hang the node.
+        with self._io("read_new"):
+            with anyio.fail_after(block_ms / 1000 + 10):
+                reply = await self._redis.xread(streams, count=count, block=block_ms)
+        out: dict[FeedKey, Batch] = {}
+        for key, entries in reply or ():
+            if key == self._wake_key:
+                self._wake_id = entries[-1][0]
+                continue
+            feed = names[key]
+            items = [_item(entry_id, fields) for entry_id, fields in entries]
+            if self._continues(feed, items):
+                out[feed] = Batch(items)
+            else:
+                out[feed] = Batch([], reset=await self._rebase(feed))
+        return out
+
+    async def _rebase(self, feed: FeedKey) -> FeedState | None:
+        reply = await self._run(feed, "check", 1, ())
+        if reply[0] == b"absent":
+            self._forget(feed)
+            return None
+        state = self._state(reply)
+        self._reset_known(feed, state)
+        return state
+
+    async def verify(self, positions: Mapping[FeedKey, Cursor]) -> dict[FeedKey, Batch]:
+        out: dict[FeedKey, Batch] = {}
+        for feed in positions:
+            if self.known(feed) is None:
+                continue
+            reply = await self._run(feed, "check", 1, ())
+            if reply[0] != b"absent" and reply[6] == b"rollback":
+                state = self._state(reply)
+                self._reset_known(feed, state)
+                out[feed] = Batch([], reset=state)
+        return out
+
+    async def wake(self) -> None:
+        with self._io("wake"):
+            async with self._redis.pipeline(transaction=False) as pipe:
+                pipe.xadd(self._wake_key, {b"w": b"1"}, maxlen=10, approximate=True)
+                pipe.expire(self._wake_key, 3600)
+                await pipe.execute()
+
+    async def ping(self) -> None:
+        with self._io("ping"):
+            await self._redis.ping()
+
+    async def aclose(self) -> None:
+        with contextlib.suppress(Exception):
+            await self._redis.aclose()
+
+
+def _item(entry_id: bytes, fields: dict[bytes, bytes]) -> StoredItem:
+    epoch, _, offset = entry_id.partition(b"-")
+    return StoredItem(int(epoch), int(offset), fields[b"d"], fields[b"c"].decode("ascii"))

@@ -1,0 +1,31 @@
+"""TeamItem encoding (seed rules 9-14, 21): RFC 8785 JSON built once per item.
+
+The log stores a team item's payload as the canonical TeamItem without its cursor,
+``"event":<E>,"kind":"event","source":<S>``; with RFC 8785's sorted keys the cursor
+comes first, so the full item is one concatenation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.cursor import Cursor
+from gateway.wire.canonical import canonical
+
+
+def team_payload(source: Any, event: Any) -> bytes:
+    """The stored payload of a team item (RFC 8785 members after ``cursor``)."""
+    return b'"event":' + canonical(event) + b',"kind":"event","source":' + canonical(source)
+
+
+def team_item(cursor: Cursor, payload: bytes) -> bytes:
+    """The RFC 8785 JSON of ``{"kind": "event", "cursor": ..., "source": ..., "event": ...}``."""
+    return b'{"cursor":{"epoch":%d,"offset":%d},%s}' % (cursor.epoch, cursor.offset, payload)
+
+
+def epoch_restarted_item(cursor: Cursor) -> bytes:
+    """The RFC 8785 JSON of ``{"kind": "epoch_restarted", "cursor": ...}``."""
+    return b'{"cursor":{"epoch":%d,"offset":%d},"kind":"epoch_restarted"}' % (
+        cursor.epoch,
+        cursor.offset,
+    )

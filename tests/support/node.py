@@ -1,0 +1,68 @@
+"""Run real gateway nodes inside the test's event loop, on free ports."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from gateway.app import Gateway, running
+from gateway.auth import mint
+from gateway.config import Settings
+from gateway.fanout.hub import Hooks
+from gateway.log.base import FeedLog
+from gateway.metrics import Metrics
+
+SECRET = "test-secret-of-at-least-32-bytes-long!!"
+
+
+def settings(redis_url: str | None = None, prefix: str = "gwtest", **overrides: Any) -> Settings:
+    values: dict[str, Any] = {
+        "host": "127.0.0.1",
+        "port": 0,
+        "redis_url": redis_url,
+        "redis_prefix": prefix,
+        "jwt_secret": SECRET,
+        "read_block_ms": 200,
+        "uvloop": False,
+        "log_format": "json",
+    }
+    values.update(overrides)
+    return Settings(**values)
+
+
+@contextlib.asynccontextmanager
+async def start_node(
+    redis_url: str | None = None,
+    prefix: str = "gwtest",
+    *,
+    feed_log: FeedLog | None = None,
+    hooks: Hooks | None = None,
+    **overrides: Any,
+) -> AsyncIterator[Gateway]:
+    async with running(
+        settings(redis_url, prefix, **overrides), feed_log=feed_log, hooks=hooks, metrics=Metrics()
+    ) as node:
+        yield node
+
+
+def token(
+    tenant: str = "acme",
+    scopes: Sequence[str] = ("subscribe", "publish"),
+    *,
+    teams: Sequence[str] | None = None,
+    ttl: int = 3600,
+    subject: str = "tester",
+) -> str:
+    return mint(
+        SECRET, tenant=tenant, subject=subject, scopes=scopes, teams=teams, ttl_seconds=ttl
+    )
+
+
+def auth(tenant: str = "acme", **kw: Any) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token(tenant, **kw)}"}
+
+
+def metric(node: Gateway, name: str, **labels: str) -> float:
+    value = node.metrics.registry.get_sample_value(name, labels or None)
+    return 0.0 if value is None else value

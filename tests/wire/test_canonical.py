@@ -1,0 +1,94 @@
+"""RFC 8785 canonical JSON, checked against the RFC's own examples."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import pytest
+
+from gateway.errors import InvalidRequest
+from gateway.wire.canonical import canonical
+
+# RFC 8785 Appendix B: IEEE 754 bit patterns and their canonical serialisation.
+NUMBERS = [
+    ("0000000000000000", "0"),
+    ("8000000000000000", "0"),
+    ("0000000000000001", "5e-324"),
+    ("8000000000000001", "-5e-324"),
+    ("7fefffffffffffff", "1.7976931348623157e+308"),
+    ("ffefffffffffffff", "-1.7976931348623157e+308"),
+    ("4340000000000000", "9007199254740992"),
+    ("c340000000000000", "-9007199254740992"),
+    ("4430000000000000", "295147905179352830000"),
+    ("44b52d02c7e14af5", "9.999999999999997e+22"),
+    ("44b52d02c7e14af6", "1e+23"),
+    ("44b52d02c7e14af7", "1.0000000000000001e+23"),
+    ("444b1ae4d6e2ef4e", "999999999999999700000"),
+    ("444b1ae4d6e2ef4f", "999999999999999900000"),
+    ("444b1ae4d6e2ef50", "1e+21"),
+    ("3eb0c6f7a0b5ed8c", "9.999999999999997e-7"),
+    ("3eb0c6f7a0b5ed8d", "0.000001"),
+    ("41b3de4355555553", "333333333.3333332"),
+    ("41b3de4355555554", "333333333.33333325"),
+    ("41b3de4355555555", "333333333.3333333"),
+    ("41b3de4355555556", "333333333.3333334"),
+    ("41b3de4355555557", "333333333.33333343"),
+    ("becbf647612f3696", "-0.0000033333333333333333"),
+    ("43143ff3c1cb0959", "1424953923781206.2"),
+]
+
+
+def from_bits(bits: str) -> float:
+    value: float = struct.unpack(">d", bytes.fromhex(bits))[0]
+    return value
+
+
+@pytest.mark.parametrize(("bits", "expected"), NUMBERS)
+def test_appendix_b_numbers(bits: str, expected: str) -> None:
+    assert canonical(from_bits(bits)) == expected.encode()
+
+
+@pytest.mark.parametrize("bits", ["7fffffffffffffff", "7ff0000000000000", "fff0000000000000"])
+def test_nan_and_infinity_are_rejected(bits: str) -> None:
+    with pytest.raises(InvalidRequest):
+        canonical(from_bits(bits))
+
+
+def test_section_3_2_2_example() -> None:
+    # The input of RFC 8785 section 3.2.2, parsed as JSON (so 4.50 and 1E30 are floats).
+    text = (
+        '{"numbers": [333333333.33333329, 1E30, 4.50, 2e-3, 0.000000000000000000000000001],'
+        ' "string": "\\u20ac$\\u000F\\u000aA\'\\u0042\\u0022\\u005c\\\\\\"\\/",'
+        ' "literals": [null, true, false]}'
+    )
+    expected = (
+        '{"literals":[null,true,false],"numbers":[333333333.3333333,1e+30,4.5,0.002,1e-27],'
+        '"string":"\u20ac$\\u000f\\nA\'B\\"\\\\\\\\\\"/"}'
+    )
+    assert canonical(json.loads(text)) == expected.encode("utf-8")
+
+
+def test_section_3_2_3_property_sorting() -> None:
+    value = {
+        "\u20ac": "Euro Sign",
+        "\r": "Carriage Return",
+        "\ufb33": "Hebrew Letter Dalet With Dagesh",
+        "1": "One",
+        "\U0001f600": "Emoji: Grinning Face",
+        "\u0080": "Control",
+        "\u00f6": "Latin Small Letter O With Diaeresis",
+    }
+    # Sorted by UTF-16 code units: the emoji's surrogate pair sorts before U+FB33.
+    expected = (
+        '{"\\r":"Carriage Return","1":"One","\u0080":"Control",'
+        '"\u00f6":"Latin Small Letter O With Diaeresis","\u20ac":"Euro Sign",'
+        '"\U0001f600":"Emoji: Grinning Face","\ufb33":"Hebrew Letter Dalet With Dagesh"}'
+    )
+    assert canonical(value) == expected.encode("utf-8")
+
+
+def test_integers_beyond_double_precision_are_rejected() -> None:
+    assert canonical(9007199254740991) == b"9007199254740991"
+    with pytest.raises(InvalidRequest):
+        canonical(2**64)
