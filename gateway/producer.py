@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 from gateway.cursor import Cursor
 from gateway.errors import InvalidRequest
 from gateway.feed import NewItem, is_team_id, team_feed
@@ -28,6 +30,27 @@ class Publisher:
         self.log = feed_log
         self.metrics = metrics
         self.team_retention = team_retention
+
+    async def publish_team_json(
+        self, tenant: str, team: str, raw: bytes, *, path: str
+    ) -> list[Cursor]:
+        """:meth:`publish_team` for a body still in JSON text (HTTP, the inbox)."""
+        try:
+            if not raw:
+                raise InvalidRequest("body: expected JSON, got nothing")
+            try:
+                body = msgspec.json.decode(raw)
+            except msgspec.DecodeError as exc:
+                raise InvalidRequest(f"body: malformed JSON ({exc})") from exc
+        except InvalidRequest as exc:
+            self.reject(exc, path)
+            raise
+        return await self.publish_team(tenant, team, body, path=path)
+
+    def reject(self, exc: Exception, path: str) -> None:
+        """Count a rejected publish (every entry path, every reason)."""
+        code = getattr(exc, "code", "internal")
+        self.metrics.publish_rejections.labels(code=str(code), path=path).inc()
 
     async def publish_team(
         self, tenant: str, team: str, body: object, *, path: str
@@ -49,8 +72,7 @@ class Publisher:
                 team_feed(tenant, team), new, retention=self.team_retention
             )
         except Exception as exc:
-            code = getattr(exc, "code", "internal")
-            self.metrics.publish_rejections.labels(code=str(code), path=path).inc()
+            self.reject(exc, path)
             raise
         self.metrics.published.labels(kind="team", path=path).inc(len(new))
         return result.cursors

@@ -20,11 +20,9 @@ from gateway.config import Settings
 from gateway.cursor import Cursor, parse_cursor
 from gateway.errors import (
     Forbidden,
-    InvalidRequest,
     MethodNotAllowed,
     NotFound,
     Unauthenticated,
-    Unavailable,
     UnsupportedMediaType,
 )
 from gateway.fanout.hub import Hub
@@ -37,8 +35,10 @@ from gateway.wire import sse
 from gateway.wire.teamitem import epoch_restarted_item, team_item
 
 _TEAM_EVENTS = re.compile(r"^/v1/teams/([^/]+)/events$")
-#: How many times in a row a subscriber may overflow and catch up before it is cut off.
+#: How many times a subscriber may overflow and catch up within the window before it
+#: is cut off as too slow.
 MAX_CATCHUPS = 3
+CATCHUP_WINDOW_SECONDS = 60.0
 _NO_SUCH_TEAM = "no such team"
 
 
@@ -162,32 +162,49 @@ class Routes:
             self.hub.close(sub)
 
     async def _follow(self, sub: Subscription, stream: Stream) -> str:
-        """Serve one subscription until it ends; returns the disconnect reason."""
+        """Serve one subscription until it ends; returns the disconnect reason.
+
+        Slow-consumer policy: a subscription whose queue would pass its byte bound is
+        taken off the live path; it writes what it had queued, catches up from the
+        log by its own cursor and rejoins.  The ``MAX_CATCHUPS + 1``-th time
+        within ``CATCHUP_WINDOW_SECONDS`` it is disconnected (reason ``slow``) and
+        the client resumes from its last cursor.
+        """
         keepalive = self.settings.keepalive_seconds
-        catchups = 0
+        overflows: list[float] = []
         try:
             while True:
+                idle = False
                 if sub.state is SubState.CATCHING_UP:
                     await self.hub.catch_up(sub, stream.write)
+                elif sub.state is SubState.LIVE:
+                    idle = not await sub.wait(keepalive)
+                # Whatever is queued goes out as one write, before any state change
+                # is acted on: the queue holds items up to ``sub.position``.
+                data = sub.take()
+                if data:
+                    await stream.write(data)
+                elif idle:
+                    await stream.write(sse.KEEPALIVE)
+                if sub.state is SubState.LIVE or sub.state is SubState.CATCHING_UP:
+                    continue
+                # Off the live path: nothing more is offered, so one more take
+                # drains what was queued during the write above.
+                await stream.write(sub.take())
                 if sub.state is SubState.RESTARTED:
                     assert sub.restart_at is not None
                     await stream.write(sub.fmt.restart(sub.feed, sub.restart_at))
                     return "epoch_restarted"
-                if sub.state is SubState.CLOSED:
-                    return "shutdown"
-                # Live: write whatever is queued as one write, keepalive when idle.
-                got = await sub.wait(keepalive)
-                data = sub.take()
-                if data:
-                    await stream.write(data)
-                elif not got:
-                    await stream.write(sse.KEEPALIVE)
                 if sub.state is SubState.OVERFLOW:
-                    catchups += 1
-                    if catchups > MAX_CATCHUPS:
+                    now = anyio.current_time()
+                    overflows = [t for t in overflows if now - t < CATCHUP_WINDOW_SECONDS]
+                    overflows.append(now)
+                    if len(overflows) > MAX_CATCHUPS:
                         self.metrics.slow_consumer_actions.labels(action="disconnect").inc()
                         return "slow"
                     sub.state = SubState.CATCHING_UP
+                    continue
+                return "shutdown"
         except anyio.BrokenResourceError:
             return "client"
 
@@ -198,8 +215,14 @@ class Routes:
         if "publish" not in principal.scopes:
             raise Forbidden("token lacks the publish scope")
         feed = self._team_key(principal, team)
-        body = decode_json_body(request)
-        cursors = await self.publisher.publish_team(feed.tenant, feed.id, body, path="http")
+        try:
+            require_json(request)
+        except UnsupportedMediaType as exc:
+            self.publisher.reject(exc, "http")
+            raise
+        cursors = await self.publisher.publish_team_json(
+            feed.tenant, feed.id, request.body, path="http"
+        )
         responder.send(200, msgspec.json.encode({"cursors": [str(c) for c in cursors]}))
 
 
@@ -207,17 +230,11 @@ def _is_host_team(state: FeedState) -> bool:
     return state.host
 
 
-def decode_json_body(request: Request) -> object:
+def require_json(request: Request) -> None:
     ctype = request.headers.get("content-type", "")
     media = ctype.split(";", 1)[0].strip().lower()
     if media != "application/json":
         raise UnsupportedMediaType("content-type must be application/json")
-    if not request.body:
-        raise InvalidRequest("body: expected JSON, got nothing")
-    try:
-        return msgspec.json.decode(request.body)
-    except msgspec.DecodeError as exc:
-        raise InvalidRequest(f"body: malformed JSON ({exc})") from exc
 
 
-__all__ = ["TEAM_SSE", "Routes", "Unavailable", "decode_json_body"]
+__all__ = ["TEAM_SSE", "Routes", "require_json"]

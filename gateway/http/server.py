@@ -27,6 +27,10 @@ log = structlog.get_logger("gateway.http")
 
 #: Largest request head (request line and headers) accepted.
 MAX_HEAD_BYTES = 16 * 1024
+#: After an early error answer (413, malformed request) the rest of the request is
+#: read and dropped, up to this many bytes or seconds, then the connection closes.
+DISCARD_LIMIT = 8 * 1024 * 1024
+DISCARD_SECONDS = 5.0
 
 
 class Request:
@@ -135,6 +139,8 @@ class HttpConnection(asyncio.Protocol):
         self._busy = False
         self._streaming = False
         self._scope: anyio.CancelScope | None = None
+        self._discarding = False
+        self._discarded = 0
 
     # -- asyncio.Protocol --------------------------------------------------------------
 
@@ -159,6 +165,13 @@ class HttpConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._streaming:
             return  # a streaming client has nothing more to say; ignore
+        if self._discarding:
+            # After an early error answer, swallow what the client is still sending
+            # (so it can read the answer instead of a reset), up to a bound.
+            self._discarded += len(data)
+            if self._discarded > DISCARD_LIMIT and self.transport is not None:
+                self.transport.close()
+            return
         try:
             self._h11.receive_data(data)
         except h11.RemoteProtocolError:
@@ -167,6 +180,8 @@ class HttpConnection(asyncio.Protocol):
         self._pump()
 
     def eof_received(self) -> bool | None:
+        if self._discarding:
+            return None  # close
         with contextlib.suppress(h11.RemoteProtocolError):
             self._h11.receive_data(b"")
         return None
@@ -225,7 +240,10 @@ class HttpConnection(asyncio.Protocol):
             b"connection: close\r\n\r\n" % (status, _reason(status), len(body))
         )
         self.transport.write(head + body)
-        self.transport.close()
+        self.transport.write_eof()
+        self._discarding = True
+        transport = self.transport
+        asyncio.get_running_loop().call_later(DISCARD_SECONDS, transport.close)
 
     # -- handling --------------------------------------------------------------------
 

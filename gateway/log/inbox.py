@@ -16,7 +16,6 @@ from __future__ import annotations
 from typing import Any
 
 import anyio
-import msgspec
 import redis.exceptions
 import structlog
 
@@ -126,8 +125,8 @@ class Inbox:
 
     async def _process(self, msg_id: bytes, fields: dict[bytes, bytes]) -> None:
         try:
-            tenant, team, body = self._parse(fields)
-            await self._publisher.publish_team(tenant, team, body, path="inbox")
+            tenant, team = self._parse(fields)
+            await self._publisher.publish_team_json(tenant, team, fields[b"body"], path="inbox")
         except Unavailable:
             raise  # stays pending; retried after the outage
         except GatewayError as exc:
@@ -137,7 +136,7 @@ class Inbox:
             self._metrics.inbox_messages.labels(outcome="appended").inc()
         await self._redis.xack(self._stream, GROUP, msg_id)
 
-    def _parse(self, fields: dict[bytes, bytes]) -> tuple[str, str, object]:
+    def _parse(self, fields: dict[bytes, bytes]) -> tuple[str, str]:
         unknown = set(fields) - set(_FIELDS)
         if unknown:
             name = sorted(unknown)[0].decode("utf-8", "replace")[:64]
@@ -154,11 +153,7 @@ class Inbox:
             raise InvalidRequest("tenant and team must be UTF-8") from exc
         if not tenant:
             raise InvalidRequest("tenant: must not be empty")
-        try:
-            body = msgspec.json.decode(fields[b"body"])
-        except msgspec.DecodeError as exc:
-            raise InvalidRequest(f"body: malformed JSON ({exc})") from exc
-        return tenant, team, body
+        return tenant, team
 
     async def _dead_letter(
         self, msg_id: bytes, fields: dict[bytes, bytes], reason: str, message: str

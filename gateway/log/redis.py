@@ -67,6 +67,8 @@ class RedisLog(FeedLog):
         self._wake_id = b"0-0"
         # Set on any connection failure: the next read verifies what this node follows.
         self._suspect = False
+        # Feeds moved to a new epoch by a request path; the reader reports them next.
+        self._pending_resets: dict[FeedKey, FeedState] = {}
 
     @property
     def client(self) -> Any:
@@ -123,8 +125,15 @@ class RedisLog(FeedLog):
             return None
         state = self._state(reply)
         if reply[6] == b"rollback":
-            self._reset_known(feed, state)
+            await self._rebased(feed, state)
         return state
+
+    async def _rebased(self, feed: FeedKey, state: FeedState) -> None:
+        """A request noticed a rollback and moved the feed on: tell this node's reader."""
+        self._reset_known(feed, state)
+        self._pending_resets[feed] = state
+        with contextlib.suppress(Unavailable):
+            await self.wake()
 
     async def read(self, feed: FeedKey, after: Cursor, limit: int) -> list[StoredItem]:
         _, stream, _ = self.keys(feed)
@@ -158,11 +167,18 @@ class RedisLog(FeedLog):
     async def read_new(
         self, positions: Mapping[FeedKey, Cursor], *, count: int, block_ms: int
     ) -> dict[FeedKey, Batch]:
+        resets = {
+            feed: Batch([], reset=self._pending_resets.pop(feed))
+            for feed in list(self._pending_resets)
+            if feed in positions
+        }
+        if len(self._pending_resets) > 10_000:  # reset feeds nobody here follows
+            self._pending_resets.clear()
         if self._suspect:
-            resets = await self.verify(positions)
+            resets.update(await self.verify(positions))
             self._suspect = False
-            if resets:
-                return resets
+        if resets:
+            return resets
         names: dict[bytes, FeedKey] = {}
         streams: dict[bytes, bytes] = {}
         for feed, pos in positions.items():
