@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import signal
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -65,10 +66,29 @@ class Gateway:
     server: HttpServer
     port: int
     inbox: Inbox | None
+    draining: bool = False
 
     @property
     def url(self) -> str:
         return f"http://{self.settings.host}:{self.port}"
+
+    async def drain(self, window: float) -> None:
+        """Stop taking connections and end every open stream, spread over ``window`` s.
+
+        Readiness answers 503 from the start, so a load balancer stops sending new
+        clients; the open streams end in slices so that their reconnects (to other
+        nodes) do not arrive all at once.  Returns when every stream has been ended.
+        """
+        self.draining = True
+        self.server.stop_listening()
+        subs = [sub for channel in list(self.hub.channels.values()) for sub in channel.subs]
+        log.info("draining", streams=len(subs), window_seconds=window)
+        slices = max(1, min(len(subs), int(window * 10)))
+        for index in range(slices):
+            for sub in subs[index::slices]:
+                sub.close()
+            if index + 1 < slices:
+                await anyio.sleep(window / slices)
 
 
 def build_log(settings: Settings) -> FeedLog:
@@ -97,6 +117,7 @@ async def running(
         read_batch=settings.read_batch,
         read_block_ms=settings.read_block_ms,
         history_page=settings.history_page,
+        max_node_buffer_bytes=settings.max_node_buffer_bytes,
         hooks=hooks,
     )
     publisher = Publisher(feed_log, metrics, team_retention=settings.team_retention)
@@ -112,8 +133,12 @@ async def running(
             block_ms=settings.read_block_ms,
         )
 
+    node_ref: list[Gateway] = []
+
     async def ready() -> tuple[bool, str]:
         now = anyio.current_time()
+        if node_ref and node_ref[0].draining:
+            return False, "draining"
         if isinstance(feed_log, RedisLog):
             try:
                 with anyio.fail_after(2):
@@ -150,6 +175,7 @@ async def running(
             tg.start_soon(inbox.run)
         port = await server.start(settings.host, settings.port)
         node = Gateway(settings, feed_log, metrics, hub, publisher, server, port, inbox)
+        node_ref.append(node)
         try:
             yield node
         finally:
@@ -172,14 +198,32 @@ async def serve(settings: Settings) -> None:
             "no authenticator configured: every /v1 route answers 401; set "
             "GATEWAY_JWT_SECRET (HS256) to accept tokens (mint one with 'gateway token')"
         )
-    async with running(settings) as node:
-        log.info(
-            "gateway listening",
-            url=node.url,
-            log="redis" if node.log.durable else "embedded",
-            keepalive_seconds=settings.keepalive_seconds,
-        )
-        await anyio.sleep_forever()
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with running(settings) as node:
+            log.info(
+                "gateway listening",
+                url=node.url,
+                log="redis" if node.log.durable else "embedded",
+                keepalive_seconds=settings.keepalive_seconds,
+            )
+            async for signum in signals:
+                log.info("signal received: draining", signal=signal.Signals(signum).name)
+                break
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(node.drain, settings.drain_seconds)
+
+                async def force() -> None:
+                    async for signum in signals:
+                        name = signal.Signals(signum).name
+                        log.warning("second signal: exiting now", signal=name)
+                        tg.cancel_scope.cancel()
+                        return
+
+                tg.start_soon(force)
+                with anyio.move_on_after(settings.drain_seconds + 5):
+                    await node.hub.wait_idle()
+                tg.cancel_scope.cancel()
+        log.info("stopped")
 
 
 __all__ = ["Gateway", "Hooks", "configure_logging", "running", "serve"]

@@ -9,6 +9,7 @@ and the README table).
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -32,6 +33,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     history_page: int = 500
     #: Outbound bytes one connection may have queued before it counts as slow.
     max_queue_bytes: int = 1_048_576
+    #: Outbound bytes the whole node may hold for clients that are behind.
+    max_node_buffer_bytes: int = 268_435_456
     #: Max items the node reads from Redis per feed per read.
     read_batch: int = 1_000
     #: How long a blocking Redis read waits before it reports progress anyway.
@@ -40,6 +43,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     node_id: str | None = None
     #: Pending inbox messages idle this long are claimed from dead nodes.
     inbox_claim_ms: int = 30_000
+    #: On SIGTERM, open streams are ended spread over this many seconds.
+    drain_seconds: float = 10.0
     log_format: str = "auto"
     log_level: str = "info"
     uvloop: bool = True
@@ -57,11 +62,15 @@ SETTINGS_HELP: dict[str, str] = {
     "run_retention": "Items kept per run feed; older ones are trimmed.",
     "max_body_bytes": "Largest accepted publish body in bytes (413 beyond).",
     "history_page": "Items per history page read when a client resumes.",
-    "max_queue_bytes": "Outbound bytes queued per connection before it is treated as slow.",
+    "max_queue_bytes": "Outbound bytes buffered per connection before it is treated as slow.",
+    "max_node_buffer_bytes": "Outbound bytes the whole node may buffer for clients that are "
+    "behind; past it, connections with buffered bytes are treated as slow.",
     "read_batch": "Most items read from Redis per feed per read.",
     "read_block_ms": "Longest a blocking Redis read waits before it returns empty.",
     "node_id": "This node's consumer name in the inbox consumer groups (default host-pid).",
     "inbox_claim_ms": "Inbox messages pending this long on a dead node are claimed.",
+    "drain_seconds": "On SIGTERM, seconds over which open streams are ended (a second "
+    "signal exits at once).",
     "log_format": "Log format: json, console or auto (console on a terminal).",
     "log_level": "Log level: debug, info, warning or error.",
     "uvloop": "Run on uvloop when it is installed (true/false).",
@@ -97,6 +106,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _coerce(name: str, raw: str, kind: Any) -> Any:
+    try:
+        return _coerce_value(name, raw, kind)
+    except ValueError as exc:
+        if str(exc).startswith(f"{name}:"):
+            raise
+        raise ValueError(f"{name}: cannot read {raw!r} as {_kind_name(kind)}") from exc
+
+
+def _kind_name(kind: Any) -> str:
+    if isinstance(kind, msgspec.inspect.IntType):
+        return "an integer"
+    if isinstance(kind, msgspec.inspect.FloatType):
+        return "a number"
+    return "a value"
+
+
+def _coerce_value(name: str, raw: str, kind: Any) -> Any:
     text = raw.strip()
     if isinstance(kind, msgspec.inspect.BoolType):
         if text.lower() in ("1", "true", "yes", "on"):
@@ -138,13 +164,18 @@ def load(args: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = 
 def _check(s: Settings) -> None:
     positive = (
         "port", "team_retention", "run_retention", "max_body_bytes", "history_page",
-        "max_queue_bytes", "read_batch", "read_block_ms", "inbox_claim_ms",
+        "max_queue_bytes", "max_node_buffer_bytes", "read_batch", "read_block_ms", "inbox_claim_ms",
     )
     for name in positive:
         if getattr(s, name) <= 0:
             raise ValueError(f"{name} must be positive")
-    if s.keepalive_seconds <= 0:
-        raise ValueError("keepalive_seconds must be positive")
+    for name in ("keepalive_seconds", "drain_seconds"):
+        value = getattr(s, name)
+        # "not >" also rejects NaN; infinity is no interval either.
+        if not value > 0 or math.isinf(value):
+            raise ValueError(f"{name} must be a positive number of seconds")
+    if s.log_level.lower() not in ("debug", "info", "warning", "error"):
+        raise ValueError("log_level must be debug, info, warning or error")
     if s.log_format not in ("json", "console", "auto"):
         raise ValueError("log_format must be json, console or auto")
     if s.port > 65535:

@@ -42,6 +42,8 @@ class Publisher:
                 body = msgspec.json.decode(raw)
             except msgspec.DecodeError as exc:
                 raise InvalidRequest(f"body: malformed JSON ({exc})") from exc
+            except RecursionError as exc:
+                raise InvalidRequest("body: JSON nested too deeply") from exc
         except InvalidRequest as exc:
             self.reject(exc, path)
             raise
@@ -63,11 +65,14 @@ class Publisher:
         try:
             if not is_team_id(team):
                 raise InvalidRequest("team: must be a lowercase UUID")
-            items = validate_team_publish(body, tenant=tenant, team=team)
-            new = [
-                NewItem(item.event_id, team_payload(item.source, item.event), item.host_opening)
-                for item in items
-            ]
+            try:
+                items = validate_team_publish(body, tenant=tenant, team=team)
+                new = [
+                    NewItem(item.event_id, team_payload(item.source, item.event), item.host_opening)
+                    for item in items
+                ]
+            except RecursionError as exc:
+                raise InvalidRequest("body: JSON nested too deeply") from exc
             result = await self.log.append(
                 team_feed(tenant, team), new, retention=self.team_retention
             )

@@ -19,7 +19,7 @@ import structlog
 
 from gateway.cursor import Cursor
 from gateway.errors import NotFound, Unavailable
-from gateway.fanout.subscriber import Format, Subscription, SubState
+from gateway.fanout.subscriber import Format, NodeBudget, Subscription, SubState
 from gateway.feed import FeedKey, FeedState, StoredItem
 from gateway.log.base import Batch, FeedLog
 from gateway.metrics import Metrics
@@ -65,6 +65,7 @@ class Hub:
         read_batch: int = 1000,
         read_block_ms: int = 1000,
         history_page: int = 500,
+        max_node_buffer_bytes: int = 256 * 1024 * 1024,
         hooks: Hooks | None = None,
     ) -> None:
         self.log = feed_log
@@ -73,8 +74,11 @@ class Hub:
         self.read_block_ms = read_block_ms
         self.history_page = history_page
         self.hooks = hooks or Hooks()
+        #: The node-wide bound on bytes buffered for clients (shared by every outbox).
+        self.budget = NodeBudget(max_node_buffer_bytes)
         self.channels: dict[FeedKey, Channel] = {}
         self._changed = anyio.Event()
+        self._idle = anyio.Event()
         #: Monotonic time of the reader's last completed read (for readiness).
         self.last_progress = 0.0
 
@@ -85,7 +89,6 @@ class Hub:
         feed: FeedKey,
         cursor: Cursor | None,
         fmt: Format,
-        max_bytes: int,
         *,
         hidden: Callable[[FeedState], bool] | None = None,
     ) -> Subscription:
@@ -102,16 +105,23 @@ class Hub:
             raise NotFound("no such feed")
         decision = plan(cursor, state)
         if isinstance(decision, Restart):
-            sub = Subscription(feed, fmt, decision.cursor, max_bytes)
+            sub = Subscription(feed, fmt, decision.cursor)
             sub.restarted(decision.cursor)
             self.metrics.resumes.labels(outcome="epoch_restarted").inc()
             return sub
-        sub = Subscription(feed, fmt, decision.after, max_bytes)
+        sub = Subscription(feed, fmt, decision.after)
         self.metrics.resumes.labels(
             outcome="live" if decision.after.offset == state.head else "replayed"
         ).inc()
         await self._register(sub, state)
         return sub
+
+    async def wait_idle(self) -> None:
+        """Return once no subscription is open on this node."""
+        while self.channels:
+            if self._idle.is_set():
+                self._idle = anyio.Event()
+            await self._idle.wait()
 
     async def _register(self, sub: Subscription, state: FeedState) -> None:
         channel = self.channels.get(sub.feed)
@@ -182,13 +192,16 @@ class Hub:
 
     def close(self, sub: Subscription) -> None:
         """Unregister a subscription (idempotent).  Drops the channel with its last one."""
-        sub.state = SubState.CLOSED if sub.state is not SubState.RESTARTED else sub.state
+        if sub.state is not SubState.RESTARTED:
+            sub.state = SubState.CLOSED
         channel = self.channels.get(sub.feed)
         if channel is None:
             return
         channel.subs.discard(sub)
         if not channel.subs:
             del self.channels[sub.feed]
+            if not self.channels:
+                self._idle.set()
 
     # -- the reader ------------------------------------------------------------------
 
@@ -248,22 +261,19 @@ class Hub:
 
     def _deliver(self, channel: Channel, items: list[StoredItem]) -> None:
         channel.position = items[-1].cursor
-        encoded: dict[str, list[bytes]] = {}
+        encoded: dict[str, tuple[list[bytes], bytes]] = {}
         delivered = 0
         for sub in channel.subs:
             if sub.state is not SubState.LIVE:
                 continue
-            frames = encoded.get(sub.fmt.name)
-            if frames is None:
-                frames = encoded[sub.fmt.name] = [
-                    sub.fmt.frame(channel.feed, item) for item in items
-                ]
-            if sub.offer(items, frames):
+            cached = encoded.get(sub.fmt.name)
+            if cached is None:
+                frames = [sub.fmt.frame(channel.feed, item) for item in items]
+                cached = encoded[sub.fmt.name] = (frames, b"".join(frames))
+            if sub.offer(items, cached[0], cached[1]):
                 delivered += 1
             else:
                 sub.overflow()
                 self.metrics.slow_consumer_actions.labels(action="catch_up").inc()
         self.metrics.items_read.inc(len(items))
         self.metrics.fanout_offers.inc(delivered)
-
-

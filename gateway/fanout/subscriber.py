@@ -1,20 +1,99 @@
-"""One client's subscription to one feed on this node: a bounded outbound queue.
+"""A connection's bounded outbound path, and one subscription to one feed.
 
-The hub calls :meth:`Subscription.offer` synchronously with frames it encoded once for
-every subscriber; the subscription never blocks the hub.  When a frame would take the
-queue past its byte bound, the subscription is taken off the live path (state
-``OVERFLOW``) and its connection catches up on its own from the log by its cursor.
+Fan-out never waits for a client: the hub hands the bytes it encoded once per wire
+format to :meth:`Subscription.offer`, which writes them straight into the connection's
+transport (the kernel takes them at once while the client keeps up).  What the kernel
+does not take stays in the transport's buffer, and that buffer *is* the connection's
+queue: :class:`Outbox` refuses a write that would take it past ``max_bytes`` (or
+that would add to a connection already behind while the node's total is past its
+bound).  A refused subscription is taken off the live path (state ``OVERFLOW``) and its
+connection task catches up from the log by its own cursor; nobody else waits.
 """
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import anyio
 
 from gateway.cursor import Cursor
 from gateway.feed import FeedKey, StoredItem
+
+
+class Transport(Protocol):
+    """What an outbox needs of a connection (``http.server.Stream`` provides it)."""
+
+    def write_nowait(self, data: bytes) -> None: ...
+
+    def buffered(self) -> int: ...
+
+
+class NodeBudget:
+    """The bound on outbound bytes buffered by the whole node.
+
+    Each outbox counts what its transport holds after its last write.  The sum can be
+    stale high (a buffer may have drained since); it is recomputed exactly only when it
+    looks exceeded, which costs one pass over the outboxes that hold anything.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.total = 0
+        self._holding: set[Outbox] = set()
+
+    def over(self) -> bool:
+        if self.total <= self.limit:
+            return False
+        total = 0
+        for outbox in list(self._holding):
+            outbox.recount()
+            total += outbox.counted
+        self.total = total
+        return total > self.limit
+
+
+class Outbox:
+    """One connection's outbound byte bound; shared by the connection's subscriptions."""
+
+    __slots__ = ("_budget", "_transport", "counted", "max_bytes", "wrote")
+
+    def __init__(self, transport: Transport, max_bytes: int, budget: NodeBudget) -> None:
+        self._transport = transport
+        self._budget = budget
+        self.max_bytes = max_bytes
+        self.counted = 0
+        #: Set by every write; the keepalive ticker clears it.
+        self.wrote = False
+
+    def try_write(self, data: bytes) -> bool:
+        """Write now, or refuse (False) if that would pass a bound.  Never blocks."""
+        buffered = self._transport.buffered()
+        if buffered + len(data) > self.max_bytes:
+            return False
+        if buffered and self._budget.over():
+            return False
+        self._transport.write_nowait(data)
+        self.wrote = True
+        self.recount()
+        return True
+
+    def recount(self) -> None:
+        now = self._transport.buffered()
+        budget = self._budget
+        budget.total += now - self.counted
+        self.counted = now
+        if now:
+            budget._holding.add(self)
+        else:
+            budget._holding.discard(self)
+
+    def release(self) -> None:
+        """The connection is gone: stop counting its bytes."""
+        self._budget.total -= self.counted
+        self.counted = 0
+        self._budget._holding.discard(self)
 
 
 class SubState(enum.Enum):
@@ -44,80 +123,74 @@ class Format:
 
 
 class Subscription:
-    """Bounded queue plus position.  Owned by one connection task.
+    """One feed followed by one connection on this node.
 
-    ``position`` is the cursor of the last item queued for the client (or the start
-    cursor).  After :attr:`state` leaves ``LIVE`` the hub no longer offers anything.
+    ``position`` is the cursor of the last item written to the client (or the start
+    cursor).  The connection must set :attr:`outbox` before the subscription goes
+    live.  Owned by the connection's task, which waits on :meth:`wait` for state
+    changes (the hub never waits on it).
     """
 
-    __slots__ = (
-        "_bytes", "_chunks", "_ready", "feed", "fmt", "max_bytes", "position", "restart_at",
-        "state",
-    )
+    __slots__ = ("_ready", "feed", "fmt", "outbox", "position", "restart_at", "state")
 
-    def __init__(self, feed: FeedKey, fmt: Format, start: Cursor, max_bytes: int) -> None:
+    def __init__(
+        self, feed: FeedKey, fmt: Format, start: Cursor, outbox: Outbox | None = None
+    ) -> None:
         self.feed = feed
         self.fmt = fmt
         self.position = start
-        self.max_bytes = max_bytes
+        self.outbox = outbox
         self.state = SubState.CATCHING_UP
         self.restart_at: Cursor | None = None
-        self._chunks: list[bytes] = []
-        self._bytes = 0
         self._ready = anyio.Event()
 
-    @property
-    def queued_bytes(self) -> int:
-        return self._bytes
+    def offer(self, items: Sequence[StoredItem], frames: Sequence[bytes], joined: bytes) -> bool:
+        """Write the frames of items after :attr:`position` (same epoch) at once.
 
-    def offer(self, items: Sequence[StoredItem], frames: Sequence[bytes]) -> bool:
-        """Queue the frames of items after :attr:`position` (same epoch).  Never blocks.
-
-        Returns False, queueing nothing of this batch, when the batch would take the
-        queue past ``max_bytes``; the caller must then take the subscription off the
-        live path (:meth:`overflow`).
+        ``joined`` is all ``frames`` concatenated (shared by every subscriber that needs
+        the whole batch).  Returns False, writing nothing, when the outbox refuses; the
+        caller must then take the subscription off the live path (:meth:`overflow`).
         """
         pos = self.position
-        start = 0
-        n = len(items)
-        while start < n and (items[start].epoch != pos.epoch or items[start].offset <= pos.offset):
-            start += 1
-        if start == n:
-            return True
-        if start == 0:
-            chunk = b"".join(frames) if n > 1 else frames[0]
+        first = items[0]
+        if first.epoch == pos.epoch and first.offset == pos.offset + 1:
+            data = joined  # the common case: exactly the next items
         else:
-            chunk = b"".join(frames[start:])
-        if self._bytes + len(chunk) > self.max_bytes:
+            start = 0
+            n = len(items)
+            while start < n and (
+                items[start].epoch != pos.epoch or items[start].offset <= pos.offset
+            ):
+                start += 1
+            if start == n:
+                return True
+            data = b"".join(frames[start:])
+        outbox = self.outbox
+        if outbox is None or not outbox.try_write(data):
             return False
-        self._chunks.append(chunk)
-        self._bytes += len(chunk)
         self.position = items[-1].cursor
-        self._ready.set()
         return True
+
+    def _signal(self) -> None:
+        self._ready.set()
 
     def overflow(self) -> None:
         self.state = SubState.OVERFLOW
-        self._ready.set()
+        self._signal()
 
     def restarted(self, cursor: Cursor) -> None:
         """The feed cannot continue from this subscription's position: end it."""
         self.state = SubState.RESTARTED
         self.restart_at = cursor
-        self._ready.set()
+        self._signal()
 
-    def take(self) -> bytes:
-        """Everything queued, as one write; empties the queue."""
-        if not self._chunks:
-            return b""
-        data = self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
-        self._chunks.clear()
-        self._bytes = 0
-        return data
+    def close(self) -> None:
+        self.state = SubState.CLOSED
+        self._signal()
 
     async def wait(self, idle: float) -> bool:
-        """Wait up to ``idle`` seconds for something queued or a state change; False if none."""
-        if self._chunks or self.state is not SubState.LIVE:
+        """Wait up to ``idle`` seconds for a state change; False if none came."""
+        if self.state is not SubState.LIVE:
             return True
         with anyio.move_on_after(idle):
             await self._ready.wait()

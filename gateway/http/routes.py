@@ -26,7 +26,7 @@ from gateway.errors import (
     UnsupportedMediaType,
 )
 from gateway.fanout.hub import Hub
-from gateway.fanout.subscriber import Format, Subscription, SubState
+from gateway.fanout.subscriber import Format, Outbox, Subscription, SubState
 from gateway.feed import FeedKey, FeedState, StoredItem, is_team_id, team_feed
 from gateway.http.server import Request, Responder, Stream
 from gateway.metrics import Metrics
@@ -144,17 +144,18 @@ class Routes:
             raw = request.query_one("after")
         cursor = parse_cursor(raw) if raw is not None else None
         try:
-            sub = await self.hub.open(
-                feed, cursor, TEAM_SSE, self.settings.max_queue_bytes, hidden=_is_host_team
-            )
+            sub = await self.hub.open(feed, cursor, TEAM_SSE, hidden=_is_host_team)
         except NotFound:
             raise NotFound(_NO_SUCH_TEAM) from None
         try:
             stream = responder.stream(200, sse.HEADERS)
+            outbox = Outbox(stream, self.settings.max_queue_bytes, self.hub.budget)
+            sub.outbox = outbox
             self.metrics.connections.labels(transport="sse").inc()
             try:
                 reason = await self._follow(sub, stream)
             finally:
+                outbox.release()
                 self.metrics.connections.labels(transport="sse").dec()
             self.metrics.disconnects.labels(transport="sse", reason=reason).inc()
             stream.end()
@@ -164,33 +165,28 @@ class Routes:
     async def _follow(self, sub: Subscription, stream: Stream) -> str:
         """Serve one subscription until it ends; returns the disconnect reason.
 
-        Slow-consumer policy: a subscription whose queue would pass its byte bound is
-        taken off the live path; it writes what it had queued, catches up from the
-        log by its own cursor and rejoins.  The ``MAX_CATCHUPS + 1``-th time
-        within ``CATCHUP_WINDOW_SECONDS`` it is disconnected (reason ``slow``) and
-        the client resumes from its last cursor.
+        Live items are written by the hub straight into the transport; this task
+        catches up, sends keepalives on silence and acts on state changes.
+        Slow-consumer policy: a subscription whose transport buffer would pass its
+        byte bound is taken off the live path; it catches up from the log by its own
+        cursor (waiting for the socket) and rejoins.  The ``MAX_CATCHUPS + 1``-th time
+        within ``CATCHUP_WINDOW_SECONDS`` it is disconnected (reason ``slow``) and the
+        client resumes from its last cursor.
         """
         keepalive = self.settings.keepalive_seconds
+        outbox = sub.outbox
+        assert outbox is not None
         overflows: list[float] = []
         try:
             while True:
-                idle = False
                 if sub.state is SubState.CATCHING_UP:
                     await self.hub.catch_up(sub, stream.write)
-                elif sub.state is SubState.LIVE:
-                    idle = not await sub.wait(keepalive)
-                # Whatever is queued goes out as one write, before any state change
-                # is acted on: the queue holds items up to ``sub.position``.
-                data = sub.take()
-                if data:
-                    await stream.write(data)
-                elif idle:
-                    await stream.write(sse.KEEPALIVE)
-                if sub.state is SubState.LIVE or sub.state is SubState.CATCHING_UP:
+                    outbox.wrote = True
+                if sub.state is SubState.LIVE:
+                    if not await sub.wait(keepalive) and not outbox.wrote:
+                        await stream.write(sse.KEEPALIVE)
+                    outbox.wrote = False
                     continue
-                # Off the live path: nothing more is offered, so one more take
-                # drains what was queued during the write above.
-                await stream.write(sub.take())
                 if sub.state is SubState.RESTARTED:
                     assert sub.restart_at is not None
                     await stream.write(sub.fmt.restart(sub.feed, sub.restart_at))
@@ -204,7 +200,8 @@ class Routes:
                         return "slow"
                     sub.state = SubState.CATCHING_UP
                     continue
-                return "shutdown"
+                if sub.state is SubState.CLOSED:
+                    return "shutdown"
         except anyio.BrokenResourceError:
             return "client"
 

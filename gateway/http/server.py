@@ -80,6 +80,11 @@ class Stream:
         else:
             conn.transport.write(data)
 
+    def buffered(self) -> int:
+        """Bytes written but not yet taken by the kernel."""
+        transport = self._conn.transport
+        return 0 if transport is None else transport.get_write_buffer_size()
+
     def end(self) -> None:
         conn = self._conn
         if conn.transport is not None and not conn.transport.is_closing():

@@ -19,7 +19,7 @@ import anyio
 import redis.exceptions
 import structlog
 
-from gateway.errors import GatewayError, InvalidRequest, Unavailable
+from gateway.errors import GatewayError, InvalidRequest, TooLarge, Unavailable
 from gateway.log.redis import RedisLog
 from gateway.metrics import Metrics
 from gateway.producer import Publisher
@@ -132,6 +132,12 @@ class Inbox:
         except GatewayError as exc:
             await self._dead_letter(msg_id, fields, str(exc.code), exc.message)
             self._metrics.inbox_messages.labels(outcome="dead_lettered").inc()
+        except Exception:
+            # A poison message must never take the node down (nor every node that
+            # claims it after): dead-letter it and go on.
+            log.exception("inbox message failed", id=msg_id.decode(errors="replace"))
+            await self._dead_letter(msg_id, fields, "internal", "the gateway failed on it")
+            self._metrics.inbox_messages.labels(outcome="dead_lettered").inc()
         else:
             self._metrics.inbox_messages.labels(outcome="appended").inc()
         await self._redis.xack(self._stream, GROUP, msg_id)
@@ -145,7 +151,7 @@ class Inbox:
             if field not in fields:
                 raise InvalidRequest(f"message: missing field {field.decode()!r}")
         if len(fields[b"body"]) > self._max_body:
-            raise InvalidRequest(f"body: larger than {self._max_body} bytes")
+            raise TooLarge(f"body: larger than {self._max_body} bytes")
         try:
             tenant = fields[b"tenant"].decode("utf-8")
             team = fields[b"team"].decode("utf-8")

@@ -46,17 +46,17 @@ async def raw(redis_url: str) -> AsyncIterator[Any]:
         await client.aclose()
 
 
-async def eventually(check: Callable[[], Awaitable[T]], what: str, timeout: float = DEADLINE) -> T:
-    """Poll ``check`` until it returns something truthy; fail after ``timeout`` seconds."""
+async def eventually(check: Callable[[], Awaitable[T]], what: str, within: float = DEADLINE) -> T:
+    """Poll ``check`` until it returns something truthy; fail after ``within`` seconds."""
     try:
-        with anyio.fail_after(timeout):
+        with anyio.fail_after(within):
             while True:
                 result = await check()
                 if result:
                     return result
                 await anyio.sleep(0.02)
     except TimeoutError:
-        pytest.fail(f"timed out after {timeout}s waiting for {what}")
+        pytest.fail(f"timed out after {within}s waiting for {what}")
 
 
 async def cli_xadd(redis_url: str, prefix: str, *fields: str) -> str:
@@ -297,7 +297,8 @@ async def test_the_same_message_twice_appends_one_item(
         assert metric(node, "gateway_inbox_messages_total", outcome="appended") == 2
         assert metric(node, "gateway_inbox_messages_total", outcome="dead_lettered") == 0
         got = await follow(node, team, 2)
-        assert [s.data for s in got] == [team_item(state.epoch, i + 1, b) for i, b in enumerate(body)]
+        expected = [team_item(state.epoch, i + 1, b) for i, b in enumerate(body)]
+        assert [s.data for s in got] == expected
 
 
 async def test_pending_messages_of_a_dead_consumer_are_claimed(

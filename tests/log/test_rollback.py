@@ -149,15 +149,15 @@ class Follower:
             self.ended.set()
             self._notify()
 
-    async def wait_for(self, n: int, timeout: float = STEP) -> None:
+    async def wait_for(self, n: int, within: float = STEP) -> None:
         """Wait until n messages have arrived (fails if the stream ends first)."""
-        with anyio.fail_after(timeout):
+        with anyio.fail_after(within):
             while len(self.messages) < n:
                 assert not self.ended.is_set(), f"stream ended after {self.ids}"
                 await self._changed.wait()
 
-    async def wait_end(self, timeout: float = STEP) -> None:
-        with anyio.fail_after(timeout):
+    async def wait_end(self, within: float = STEP) -> None:
+        with anyio.fail_after(within):
             await self.ended.wait()
 
 
@@ -374,14 +374,14 @@ async def test_clean_restart_with_persistence_keeps_the_epoch(
 # ---------------------------------------------------------------------------
 
 
-async def _wait_stream_length(r: Any, key: str, n: int, timeout: float = STEP) -> None:
+async def _wait_stream_length(r: Any, key: str, n: int, within: float = STEP) -> None:
     """Bounded poll of a server until the stream ``key`` holds ``n`` entries."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + within
     while True:
         length = int(await r.xlen(key))
         if length >= n:
             return
-        assert time.monotonic() < deadline, f"{key}: {length} entries after {timeout}s, want {n}"
+        assert time.monotonic() < deadline, f"{key}: {length} entries after {within}s, want {n}"
         await anyio.sleep(0.02)
 
 
@@ -391,9 +391,10 @@ async def test_promoted_replica_that_fell_behind(
     with RedisServer() as primary, RedisServer(replica_of=primary) as replica:
         p, rr = admin(primary), admin(replica)
         try:
-            async with TcpProxy(primary.port) as proxy, start_node(
-                proxy.url, PREFIX, **node_settings()
-            ) as node:
+            async with (
+                TcpProxy(primary.port) as proxy,
+                start_node(proxy.url, PREFIX, **node_settings()) as node,
+            ):
                 assert isinstance(node.log, RedisLog)
                 client = http(node)
                 team = ev.team_id()
@@ -439,7 +440,9 @@ async def test_promoted_replica_that_fell_behind(
 
                     fresh = await publish(client, team, 3)
                     assert [split(c) for c in fresh] == [
-                        (new_epoch, 1), (new_epoch, 2), (new_epoch, 3),
+                        (new_epoch, 1),
+                        (new_epoch, 2),
+                        (new_epoch, 3),
                     ]
                     assert not set(fresh) & set(later)
                     got = await collect(client, team, 3, cursor=restart.id)
@@ -450,29 +453,21 @@ async def test_promoted_replica_that_fell_behind(
 
 
 # ---------------------------------------------------------------------------
-# The node moved a feed to a new epoch because a request noticed the rollback first
+# A request notices the rollback before the reader does
 # ---------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "gateway/log/redis.py RedisLog.state() (lines 120-127) resets this node's `known` "
-        "position when the check step reports a rollback, but the hub's reader is not told: "
-        "its channel stays at the old position, verify() (line 193) then compares against "
-        "the already reset `known` and reports nothing, and XREAD from the old position "
-        "blocks forever on the emptied stream.  Connected followers get epoch_restarted "
-        "only when a new item is published (D2 requires it while they are connected)."
-    ),
-)
-async def test_followers_restart_when_a_request_notices_the_rollback_first(
-    http: Callable[[Gateway], httpx.AsyncClient],
+@pytest.mark.parametrize("first", ["resume", "join", "publish"])
+async def test_followers_restart_whoever_notices_the_rollback_first(
+    http: Callable[[Gateway], httpx.AsyncClient], first: str
 ) -> None:
     # The same rollback as a snapshot restore, but done with DUMP/RESTORE of the feed's
-    # keys (an operator restoring a feed) so that the node's connections stay up and
-    # the first to notice is a client request, not the reader's reconnect check.  After
-    # a real restart the same thing happens whenever a request (a resuming client, a new
-    # follower) reaches the feed before the reader's verify, e.g. during its backoff.
+    # keys (an operator restoring a feed), so the node's connections stay up and the
+    # reader's reconnect check never runs: the first to notice is a request on the same
+    # node (a client resuming with an old cursor, a new follower joining, a publish),
+    # which moves the feed to a new epoch.  After a real restart the same happens when a
+    # request reaches the feed while the reader is still in its reconnect backoff.  The
+    # followers already connected must be told too (D2), without waiting for a publish.
     with RedisServer() as server:
         async with start_node(server.url, PREFIX, **node_settings()) as node:
             assert isinstance(node.log, RedisLog)
@@ -481,8 +476,8 @@ async def test_followers_restart_when_a_request_notices_the_rollback_first(
             try:
                 team = ev.team_id()
                 keys = node.log.keys(team_feed(TENANT, team))
-                first = await publish(client, team, 5)
-                epoch = split(first[0])[0]
+                first_items = await publish(client, team, 5)
+                epoch = split(first_items[0])[0]
                 saved = {k: await r.dump(k) for k in keys}
                 with anyio.fail_after(3 * STEP):
                     async with anyio.create_task_group() as tg:
@@ -491,27 +486,45 @@ async def test_followers_restart_when_a_request_notices_the_rollback_first(
                         await follower.wait_for(5)
                         later = await publish(client, team, 3)
                         await follower.wait_for(8)
+                        assert follower.ids == first_items + later
 
                         for k, value in saved.items():
                             assert value is not None, k
                             await r.restore(k, 0, value, replace=True)
 
-                        # A resuming client reaches the feed first: the node notices the
-                        # rollback and moves the feed to a new epoch.
-                        got = await read_until_closed(client, team, later[-1])
-                        assert len(got) == 1, [s.id for s in got]
-                        new_epoch = split(got[0].id)[0]
-                        assert new_epoch > epoch
-                        assert_restart(got[0], new_epoch, 0)
+                        joiner: Follower | None = None
+                        published: list[str] = []
+                        if first == "resume":
+                            got = await read_until_closed(client, team, later[-1])
+                            assert len(got) == 1, [s.id for s in got]
+                            assert split(got[0].id)[0] > epoch
+                            assert_restart(got[0], split(got[0].id)[0], 0)
+                        elif first == "join":
+                            joiner = Follower(client, team)
+                            await tg.start(joiner.run)  # answered: the feed was checked
+                        else:
+                            published = await publish(client, team, 1)
+                            assert split(published[0])[0] > epoch
+                            assert split(published[0])[1] == 1
 
-                        # The follower on the same node must be told too, without waiting
-                        # for someone to publish.
-                        try:
-                            await follower.wait_end(NOTICE)
-                        finally:
-                            tg.cancel_scope.cancel()
+                        await follower.wait_end(NOTICE)
                         assert len(follower.messages) == 9, follower.ids
+                        new_epoch = split(follower.messages[8].id)[0]
+                        assert new_epoch > epoch
                         assert_restart(follower.messages[8], new_epoch, 0)
+
+                        if joiner is not None:
+                            # The joiner is in the new epoch and simply follows it.
+                            published = await publish(client, team, 1)
+                            await joiner.wait_for(1)
+                            assert joiner.ids == published
+                            assert not joiner.ended.is_set()
+                        tg.cancel_scope.cancel()
+                    if published:
+                        assert split(published[0]) == (new_epoch, 1)
+                    # Nothing of the old epoch after offset 5 is served again.
+                    got = await read_until_closed(client, team, later[-1])
+                    assert len(got) == 1 and split(got[0].id) == (new_epoch, 0)
             finally:
                 await r.aclose()
 
@@ -652,3 +665,40 @@ async def test_log_fresh_node_cannot_detect_but_the_node_that_saw_does() -> None
             finally:
                 await seen.aclose()
                 await fresh.aclose()
+
+
+# ---------------------------------------------------------------------------
+# the proxy itself (tests/support/tcp_proxy.py)
+# ---------------------------------------------------------------------------
+
+
+async def _server_port(client: Any) -> int:
+    info = await client.info("server")
+    return int(info["tcp_port"])
+
+
+async def test_tcp_proxy_retarget_closes_old_pairs_and_forwards_new_ones() -> None:
+    with RedisServer() as a, RedisServer() as b:
+        async with TcpProxy(a.port) as proxy:
+            with anyio.fail_after(STEP):
+                old = aioredis.Redis.from_url(proxy.url, retry=Retry(NoBackoff(), 0))
+                try:
+                    assert await _server_port(old) == a.port
+                    assert proxy.open_pairs == 1
+                    # A reply larger than one chunk crosses the proxy intact.
+                    big = b"x" * (3 * 64 * 1024 + 17)
+                    await old.set("big", big)
+                    assert await old.get("big") == big
+
+                    await proxy.retarget(b.port)
+                    assert proxy.open_pairs == 0
+                    with pytest.raises(aioredis.ConnectionError):
+                        await old.execute_command("PING")  # its pair was closed
+                    # The client reconnects; new connections reach the new target.
+                    assert await _server_port(old) == b.port
+                    assert await old.get("big") is None
+                finally:
+                    await old.aclose()
+        # Closed: nothing listens on the proxy's port any more.
+        with pytest.raises(OSError):
+            await anyio.connect_tcp("127.0.0.1", proxy.port)

@@ -1,0 +1,43 @@
+"""Write the settings table into README.md between its settings markers.
+
+Run ``uv run python scripts/gen_settings_doc.py``; ``--check`` fails if it is stale.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from gateway.config import SETTINGS_HELP, Settings, env_name, flag_name
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+BEGIN, END = "<!-- settings:begin -->", "<!-- settings:end -->"
+
+
+def table() -> str:
+    defaults = Settings()
+    rows = ["| flag | variable | default | meaning |", "|---|---|---|---|"]
+    for name, text in SETTINGS_HELP.items():
+        value = getattr(defaults, name)
+        shown = "unset" if value is None else f"`{value}`"
+        rows.append(f"| `{flag_name(name)}` | `{env_name(name)}` | {shown} | {text} |")
+    return "\n".join(rows)
+
+
+def render(readme: str) -> str:
+    head, _, rest = readme.partition(BEGIN)
+    _, _, tail = rest.partition(END)
+    return f"{head}{BEGIN}\n{table()}\n{END}{tail}"
+
+
+def main() -> int:
+    text = README.read_text()
+    new = render(text)
+    if "--check" in sys.argv:
+        return 0 if new == text else 1
+    README.write_text(new)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
