@@ -6,7 +6,7 @@ import contextlib
 import logging
 import signal
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 import anyio
@@ -66,6 +66,7 @@ class Gateway:
     server: HttpServer
     port: int
     inbox: Inbox | None
+    routes: Routes
     draining: bool = False
 
     @property
@@ -81,12 +82,19 @@ class Gateway:
         """
         self.draining = True
         self.server.stop_listening()
-        subs = [sub for channel in list(self.hub.channels.values()) for sub in channel.subs]
-        log.info("draining", streams=len(subs), window_seconds=window)
-        slices = max(1, min(len(subs), int(window * 10)))
+        closers: list[Callable[[], None]] = [session.shutdown for session in self.routes.sessions]
+        ws_subs = {id(sub) for session in self.routes.sessions for sub in session.subs.values()}
+        closers += [
+            sub.close
+            for channel in list(self.hub.channels.values())
+            for sub in channel.subs
+            if id(sub) not in ws_subs
+        ]
+        log.info("draining", connections=len(closers), window_seconds=window)
+        slices = max(1, min(len(closers), int(window * 10)))
         for index in range(slices):
-            for sub in subs[index::slices]:
-                sub.close()
+            for close in closers[index::slices]:
+                close()
             if index + 1 < slices:
                 await anyio.sleep(window / slices)
 
@@ -174,7 +182,7 @@ async def running(
             inbox.last_progress = anyio.current_time()
             tg.start_soon(inbox.run)
         port = await server.start(settings.host, settings.port)
-        node = Gateway(settings, feed_log, metrics, hub, publisher, server, port, inbox)
+        node = Gateway(settings, feed_log, metrics, hub, publisher, server, port, inbox, routes)
         node_ref.append(node)
         try:
             yield node

@@ -43,6 +43,19 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     node_id: str | None = None
     #: Pending inbox messages idle this long are claimed from dead nodes.
     inbox_claim_ms: int = 30_000
+    #: WebSocket: subscriptions one socket may hold.
+    ws_max_subscriptions: int = 100
+    #: WebSocket: seconds between server pings, and how long a pong may take.
+    ws_ping_interval: float = 20.0
+    ws_ping_timeout: float = 20.0
+    #: WebSocket: largest client message in bytes (1009 beyond it).
+    ws_max_message_bytes: int = 65_536
+    #: WebSocket: invalid client messages tolerated (each answered with an error frame)
+    #: before the socket is closed with 1008.
+    ws_max_bad_messages: int = 10
+    #: WebSocket: comma-separated Origin allow-list; empty allows any origin (tokens,
+    #: not cookies, authenticate, so a cross-site page cannot borrow a session).
+    ws_origins: str = ""
     #: On SIGTERM, open streams are ended spread over this many seconds.
     drain_seconds: float = 10.0
     log_format: str = "auto"
@@ -69,6 +82,13 @@ SETTINGS_HELP: dict[str, str] = {
     "read_block_ms": "Longest a blocking Redis read waits before it returns empty.",
     "node_id": "This node's consumer name in the inbox consumer groups (default host-pid).",
     "inbox_claim_ms": "Inbox messages pending this long on a dead node are claimed.",
+    "ws_max_subscriptions": "WebSocket: most subscriptions one socket may hold.",
+    "ws_ping_interval": "WebSocket: seconds between server pings.",
+    "ws_ping_timeout": "WebSocket: seconds a pong may take before the socket is closed.",
+    "ws_max_message_bytes": "WebSocket: largest client message in bytes (close 1009 beyond).",
+    "ws_max_bad_messages": "WebSocket: invalid client messages answered with error frames "
+    "before the socket is closed with 1008.",
+    "ws_origins": "WebSocket: comma-separated Origin allow-list; empty allows any origin.",
     "drain_seconds": "On SIGTERM, seconds over which open streams are ended (a second "
     "signal exits at once).",
     "log_format": "Log format: json, console or auto (console on a terminal).",
@@ -164,12 +184,14 @@ def load(args: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = 
 def _check(s: Settings) -> None:
     positive = (
         "port", "team_retention", "run_retention", "max_body_bytes", "history_page",
-        "max_queue_bytes", "max_node_buffer_bytes", "read_batch", "read_block_ms", "inbox_claim_ms",
+        "max_queue_bytes", "max_node_buffer_bytes", "ws_max_subscriptions",
+        "ws_max_message_bytes", "ws_max_bad_messages", "read_batch", "read_block_ms",
+        "inbox_claim_ms",
     )
     for name in positive:
         if getattr(s, name) <= 0:
             raise ValueError(f"{name} must be positive")
-    for name in ("keepalive_seconds", "drain_seconds"):
+    for name in ("keepalive_seconds", "drain_seconds", "ws_ping_interval", "ws_ping_timeout"):
         value = getattr(s, name)
         # "not >" also rejects NaN; infinity is no interval either.
         if not value > 0 or math.isinf(value):

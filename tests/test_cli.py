@@ -272,21 +272,8 @@ def _error_line(stderr: str) -> str:
         ([], {"GATEWAY_KEEPALIVE_SECONDS": "-5"}, "keepalive_seconds"),
         ([], {"GATEWAY_UVLOOP": "maybe"}, "uvloop"),
         (["--log-format", "xml"], {}, "log_format"),
-        pytest.param(
-            [], {"GATEWAY_PORT": "abc"}, "port",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="BUG gateway/config.py _coerce: int('abc') raises Python's ValueError "
-                "without the setting's name; cli._serve prints it as is ('invalid literal for "
-                "int() with base 10: 'abc'')",
-            ),
-        ),
-        pytest.param(
-            ["--team-retention", "many"], {}, "team_retention",
-            marks=pytest.mark.xfail(
-                strict=True, reason="BUG gateway/config.py _coerce: same as GATEWAY_PORT=abc"
-            ),
-        ),
+        ([], {"GATEWAY_PORT": "abc"}, "port"),
+        (["--team-retention", "many"], {}, "team_retention"),
     ],
 )
 def test_invalid_setting_exits_naming_it(

@@ -106,10 +106,12 @@ class Hub:
         decision = plan(cursor, state)
         if isinstance(decision, Restart):
             sub = Subscription(feed, fmt, decision.cursor)
+            sub.head = state.head_cursor
             sub.restarted(decision.cursor)
             self.metrics.resumes.labels(outcome="epoch_restarted").inc()
             return sub
         sub = Subscription(feed, fmt, decision.after)
+        sub.head = state.head_cursor
         self.metrics.resumes.labels(
             outcome="live" if decision.after.offset == state.head else "replayed"
         ).inc()

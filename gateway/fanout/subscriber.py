@@ -131,7 +131,7 @@ class Subscription:
     changes (the hub never waits on it).
     """
 
-    __slots__ = ("_ready", "feed", "fmt", "outbox", "position", "restart_at", "state")
+    __slots__ = ("_ready", "feed", "fmt", "head", "outbox", "position", "restart_at", "state")
 
     def __init__(
         self, feed: FeedKey, fmt: Format, start: Cursor, outbox: Outbox | None = None
@@ -142,6 +142,8 @@ class Subscription:
         self.outbox = outbox
         self.state = SubState.CATCHING_UP
         self.restart_at: Cursor | None = None
+        #: The feed's head when the subscription was opened (informational).
+        self.head = start
         self._ready = anyio.Event()
 
     def offer(self, items: Sequence[StoredItem], frames: Sequence[bytes], joined: bytes) -> bool:

@@ -17,7 +17,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gateway.auth import Authenticator, Principal
 from gateway.config import Settings
-from gateway.cursor import Cursor, parse_cursor
+from gateway.cursor import parse_cursor
 from gateway.errors import (
     Forbidden,
     MethodNotAllowed,
@@ -26,13 +26,14 @@ from gateway.errors import (
     UnsupportedMediaType,
 )
 from gateway.fanout.hub import Hub
-from gateway.fanout.subscriber import Format, Outbox, Subscription, SubState
-from gateway.feed import FeedKey, FeedState, StoredItem, is_team_id, team_feed
+from gateway.fanout.subscriber import Outbox, Subscription, SubState
+from gateway.feed import FeedKey, FeedState, is_team_id, team_feed
 from gateway.http.server import Request, Responder, Stream
+from gateway.http.websocket import Session, WebSocketRoute
 from gateway.metrics import Metrics
 from gateway.producer import Publisher
 from gateway.wire import sse
-from gateway.wire.teamitem import epoch_restarted_item, team_item
+from gateway.wire.formats import TEAM_SSE
 
 _TEAM_EVENTS = re.compile(r"^/v1/teams/([^/]+)/events$")
 #: How many times a subscriber may overflow and catch up within the window before it
@@ -41,17 +42,6 @@ MAX_CATCHUPS = 3
 CATCHUP_WINDOW_SECONDS = 60.0
 _NO_SUCH_TEAM = "no such team"
 
-
-def _team_sse_frame(feed: FeedKey, item: StoredItem) -> bytes:
-    cursor = item.cursor
-    return sse.message(team_item(cursor, item.data), cursor.encode())
-
-
-def _team_sse_restart(feed: FeedKey, cursor: Cursor) -> bytes:
-    return sse.message(epoch_restarted_item(cursor), cursor.encode())
-
-
-TEAM_SSE = Format("team-sse", _team_sse_frame, _team_sse_restart)
 
 _OPENAPI = resources.files("gateway.schemas").joinpath("gateway.openapi.json").read_bytes()
 
@@ -72,6 +62,9 @@ class Routes:
         self.auth = authenticator
         self.metrics = metrics
         self.ready = ready
+        #: Open WebSocket sessions (for draining).
+        self.sessions: set[Session] = set()
+        self.websocket = WebSocketRoute(settings, hub, authenticator, metrics, self.sessions)
 
     # -- dispatch --------------------------------------------------------------------
 
@@ -86,6 +79,9 @@ class Routes:
                 await self.publish_team(request, responder, team)
             else:
                 raise MethodNotAllowed("use GET to follow or POST to publish")
+            return
+        if path == "/v1/ws":
+            await self.websocket(request, responder)
             return
         if path.startswith("/v1/"):
             # Every /v1 route authenticates first (seed rule 1), unknown ones too.

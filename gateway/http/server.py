@@ -85,6 +85,12 @@ class Stream:
         transport = self._conn.transport
         return 0 if transport is None else transport.get_write_buffer_size()
 
+    def abort(self) -> None:
+        """Drop the connection at once (a dead or hostile peer)."""
+        transport = self._conn.transport
+        if transport is not None:
+            transport.abort()
+
     def end(self) -> None:
         conn = self._conn
         if conn.transport is not None and not conn.transport.is_closing():
@@ -124,6 +130,16 @@ class Responder:
     def error(self, exc: GatewayError) -> None:
         self.send(exc.status, exc.body())
 
+    def take_over(
+        self, on_data: Callable[[bytes], None], on_eof: Callable[[], None]
+    ) -> tuple[bytes, Stream]:
+        """Switch protocols: see :meth:`HttpConnection.take_over`.  Nothing sent yet."""
+        if self.started:
+            raise RuntimeError("response already started")
+        self.started = True
+        self.status = 101
+        return self._conn.take_over(on_data, on_eof)
+
     def stream(self, status: int, headers: list[tuple[bytes, bytes]]) -> Stream:
         if self.started:
             raise RuntimeError("response already started")
@@ -146,6 +162,9 @@ class HttpConnection(asyncio.Protocol):
         self._scope: anyio.CancelScope | None = None
         self._discarding = False
         self._discarded = 0
+        #: After an upgrade, the new protocol's byte handlers.
+        self._on_data: Callable[[bytes], None] | None = None
+        self._on_eof: Callable[[], None] | None = None
 
     # -- asyncio.Protocol --------------------------------------------------------------
 
@@ -168,6 +187,9 @@ class HttpConnection(asyncio.Protocol):
         self._can_write.set()
 
     def data_received(self, data: bytes) -> None:
+        if self._on_data is not None:
+            self._on_data(data)
+            return
         if self._streaming:
             return  # a streaming client has nothing more to say; ignore
         if self._discarding:
@@ -185,6 +207,9 @@ class HttpConnection(asyncio.Protocol):
         self._pump()
 
     def eof_received(self) -> bool | None:
+        if self._on_eof is not None:
+            self._on_eof()
+            return True  # the upgraded protocol decides when to close
         if self._discarding:
             return None  # close
         with contextlib.suppress(h11.RemoteProtocolError):
@@ -202,6 +227,8 @@ class HttpConnection(asyncio.Protocol):
                 self._fail(status, InvalidRequest("malformed or oversized HTTP request"))
                 return
             if event is h11.NEED_DATA or event is h11.PAUSED:
+                # PAUSED: an upgrade request was handed to its handler, which takes
+                # the connection over or answers it.
                 return
             if isinstance(event, h11.Request):
                 headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in event.headers}
@@ -316,6 +343,20 @@ class HttpConnection(asyncio.Protocol):
         head += b"".join(k + b": " + v + b"\r\n" for k, v in all_headers) + b"\r\n"
         self.transport.write(head)
         return Stream(self, chunked)
+
+    def take_over(
+        self, on_data: Callable[[bytes], None], on_eof: Callable[[], None]
+    ) -> tuple[bytes, Stream]:
+        """Hand the connection to another protocol (a WebSocket upgrade).
+
+        Returns the bytes the client sent after the request and a raw stream for
+        writing.  From now on received bytes go to ``on_data``.
+        """
+        self._streaming = True
+        trailing, _ = self._h11.trailing_data
+        self._on_data = on_data
+        self._on_eof = on_eof
+        return bytes(trailing), Stream(self, chunked=False)
 
     async def drain(self) -> None:
         if not self._can_write.is_set():

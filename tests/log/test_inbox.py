@@ -360,13 +360,7 @@ async def test_metrics_count_outcomes(redis_url: str, redis_prefix: str, raw: An
         assert state is not None and state.head == 4
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG gateway/log/inbox.py Inbox._parse: an oversized body is dead-lettered as "
-    "invalid_request, while the same body over HTTP is 413 too_large (D4: the inbox applies "
-    "exactly the HTTP validation)",
-)
-async def test_oversized_body_reason_is_too_large(
+async def test_oversized_body_is_dead_lettered_as_too_large(
     redis_url: str, redis_prefix: str, raw: Any
 ) -> None:
     team = ev.team_id()
@@ -380,13 +374,6 @@ async def test_oversized_body_reason_is_too_large(
         assert entry["reason"] == "too_large"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG gateway/log/inbox.py Inbox._parse catches only msgspec.DecodeError: a deeply "
-    "nested JSON body makes msgspec raise RecursionError, which escapes _process and Inbox.run "
-    "and crashes the node's task group (a poison message that then kills every node that "
-    "claims it)",
-)
 async def test_deeply_nested_body_is_dead_lettered_and_the_node_keeps_going(
     redis_url: str, redis_prefix: str, raw: Any
 ) -> None:

@@ -1,0 +1,511 @@
+"""``GET /v1/ws``: the ``gateway.v1`` WebSocket protocol (decisions D6).
+
+The handshake and every frame the client sends go through the ``websockets``
+library's sans-I/O protocol (``ServerProtocol``), which also answers pings and
+enforces the inbound message size.  Event frames for subscriptions are the shared,
+pre-encoded bytes the hub writes straight into the transport; control messages
+(``subscribed``, ``error``, pings, close) go through the protocol object.
+
+One :class:`Session` per socket: its task group holds a task per subscription, the
+pinger and the token-expiry watch.  Nothing a socket does affects another socket.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+
+import anyio
+import anyio.abc
+import structlog
+from websockets.datastructures import Headers
+from websockets.frames import Close, Frame, Opcode
+from websockets.http11 import Request as WsRequest
+from websockets.protocol import State
+from websockets.server import ServerProtocol
+from websockets.typing import Subprotocol
+
+from gateway.auth import Authenticator, Principal
+from gateway.config import Settings
+from gateway.cursor import parse_cursor
+from gateway.errors import (
+    CloseCode,
+    ErrorCode,
+    Forbidden,
+    GatewayError,
+    InvalidRequest,
+    MethodNotAllowed,
+    NotFound,
+    Unauthenticated,
+)
+from gateway.fanout.hub import Hub
+from gateway.fanout.subscriber import Outbox, Subscription, SubState
+from gateway.feed import FeedKey, FeedKind, is_run_part, is_team_id
+from gateway.http.server import Request, Responder, Stream
+from gateway.metrics import Metrics
+from gateway.wire import ws
+from gateway.wire.formats import TEAM_WS
+
+log = structlog.get_logger("gateway.ws")
+
+#: Subscriptions that overflow more often than this within the window close the socket
+#: with 4008 (the client resumes from its last cursors).
+MAX_CATCHUPS = 3
+CATCHUP_WINDOW_SECONDS = 60.0
+#: How long a closing socket waits for the client's close frame.
+CLOSE_TIMEOUT = 2.0
+
+
+def feed_key(principal: Principal, name: str) -> FeedKey:
+    """Map a public feed name to this principal's feed; NotFound for what it may not read.
+
+    Raises InvalidRequest for a name that is not ``team/<id>`` or
+    ``run/<thread>/<run>``.
+    """
+    kind, _, rest = name.partition("/")
+    if kind == "team":
+        if not is_team_id(rest) or not principal.may_read_team(rest):
+            raise NotFound("no such feed")
+        return FeedKey(principal.tenant, FeedKind.TEAM, rest)
+    if kind == "run":
+        thread, _, run = rest.partition("/")
+        if not is_run_part(thread) or not is_run_part(run):
+            raise InvalidRequest("feed: run feeds are run/<thread_id>/<run_id>")
+        if principal.threads is not None and thread not in principal.threads:
+            raise NotFound("no such feed")
+        return FeedKey(principal.tenant, FeedKind.RUN, f"{thread}/{run}")
+    raise InvalidRequest("feed: must be team/<team_id> or run/<thread_id>/<run_id>")
+
+
+def _offered_subprotocols(request: Request) -> list[str]:
+    raw = request.headers.get("sec-websocket-protocol", "")
+    return [p.strip() for p in raw.split(",") if p.strip()]
+
+
+class Session:
+    """One open socket.  Create after the handshake, then ``await run()``."""
+
+    def __init__(
+        self,
+        *,
+        hub: Hub,
+        authenticator: Authenticator,
+        settings: Settings,
+        metrics: Metrics,
+        principal: Principal,
+        stream: Stream,
+        protocol: ServerProtocol,
+    ) -> None:
+        self.hub = hub
+        self.auth = authenticator
+        self.settings = settings
+        self.metrics = metrics
+        self.principal = principal
+        self.stream = stream
+        self.protocol = protocol
+        self.outbox = Outbox(stream, settings.max_queue_bytes, hub.budget)
+        self.subs: dict[str, Subscription] = {}
+        self._scopes: dict[str, anyio.CancelScope] = {}
+        self._overflows: list[float] = []
+        self._bad_messages = 0
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._closing = False
+        self._closed = anyio.Event()
+        self._pong = anyio.Event()
+        self._ping_payload = b""
+        self._refreshed = anyio.Event()
+        self.close_code: int | None = None
+
+    # -- bytes in ----------------------------------------------------------------
+
+    def on_data(self, data: bytes) -> None:
+        self.protocol.receive_data(data)
+        self._process()
+
+    def on_eof(self) -> None:
+        self.protocol.receive_eof()
+        self._process()
+
+    def _process(self) -> None:
+        for event in self.protocol.events_received():
+            if not isinstance(event, Frame):
+                continue
+            if event.opcode is Opcode.TEXT:
+                self._on_text(bytes(event.data))
+            elif event.opcode is Opcode.BINARY:
+                self._bad(InvalidRequest("binary frames are not part of gateway.v1"))
+            elif event.opcode is Opcode.PONG:
+                if event.data == self._ping_payload:
+                    self._pong.set()
+            elif event.opcode is Opcode.CLOSE:
+                self._end_subscriptions()
+        self._flush()
+        if self.protocol.state is State.CLOSED or self.protocol.close_expected():
+            self._finish()
+
+    def _flush(self) -> None:
+        data = self.protocol.data_to_send()
+        if data and not self.stream.closed:
+            with contextlib.suppress(anyio.BrokenResourceError):
+                self.stream.write_nowait(b"".join(data))
+
+    def _send(self, payload: bytes) -> None:
+        """A control message, through the protocol (never blocks; small)."""
+        if self.protocol.state is not State.OPEN:
+            return
+        self.protocol.send_text(payload)
+        self._flush()
+
+    def _bad(self, exc: GatewayError, feed: str | None = None) -> None:
+        self._bad_messages += 1
+        self._send(ws.error(str(exc.code), exc.message, feed))
+        if self._bad_messages > self.settings.ws_max_bad_messages:
+            self.close(CloseCode.POLICY_VIOLATION, "too many invalid messages")
+
+    def _on_text(self, text: bytes) -> None:
+        if self._closing:
+            return
+        try:
+            message = ws.decode_client(text)
+        except ws.MessageError as exc:
+            self._bad(exc, exc.feed)
+            return
+        if isinstance(message, ws.Subscribe):
+            self._subscribe(message)
+        elif isinstance(message, ws.Unsubscribe):
+            self._unsubscribe(message.feed)
+        else:
+            self._refresh(message.token)
+
+    # -- subscriptions -------------------------------------------------------------
+
+    def _subscribe(self, message: ws.Subscribe) -> None:
+        name = message.feed
+        try:
+            key = feed_key(self.principal, name)
+            cursor = parse_cursor(message.after) if message.after is not None else None
+        except GatewayError as exc:
+            # An error about a feed ends that feed's subscription, and only that one.
+            self._unsubscribe(name)
+            if isinstance(exc, InvalidRequest):
+                self._bad(exc, name)
+            else:
+                self._send(ws.error(str(exc.code), exc.message, name))
+            return
+        if name not in self._scopes and len(self._scopes) >= self.settings.ws_max_subscriptions:
+            self._send(
+                ws.error(
+                    str(ErrorCode.RATE_LIMITED),
+                    f"at most {self.settings.ws_max_subscriptions} subscriptions per socket",
+                    name,
+                )
+            )
+            return
+        # Subscribing again replaces the subscription (e.g. after epoch_restarted).
+        self._unsubscribe(name)
+        scope = anyio.CancelScope()
+        self._scopes[name] = scope
+        assert self._tg is not None
+        self._tg.start_soon(self._follow, name, key, cursor, scope)
+
+    def _unsubscribe(self, name: str) -> None:
+        sub = self.subs.pop(name, None)
+        if sub is not None:
+            sub.close()
+        scope = self._scopes.pop(name, None)
+        if scope is not None:
+            scope.cancel()
+
+    async def _follow(
+        self, name: str, key: FeedKey, cursor: object, scope: anyio.CancelScope
+    ) -> None:
+        sub: Subscription | None = None
+        with scope:
+            try:
+                try:
+                    sub = await self.hub.open(key, cursor, TEAM_WS)  # type: ignore[arg-type]
+                except GatewayError as exc:
+                    message = "no such feed" if isinstance(exc, NotFound) else exc.message
+                    self._send(ws.error(str(exc.code), message, name))
+                    return
+                sub.outbox = self.outbox
+                self.subs[name] = sub
+                self._send(ws.subscribed(name, sub.head))
+                await self._serve(name, sub)
+            finally:
+                if sub is not None:
+                    self.hub.close(sub)
+                    if self.subs.get(name) is sub:
+                        del self.subs[name]
+                if self._scopes.get(name) is scope:
+                    del self._scopes[name]
+
+    async def _serve(self, name: str, sub: Subscription) -> None:
+        while True:
+            if sub.state is SubState.CATCHING_UP:
+                await self.hub.catch_up(sub, self.stream.write)
+            if sub.state is SubState.LIVE:
+                await sub.wait(3600.0)
+                continue
+            if sub.state is SubState.RESTARTED:
+                assert sub.restart_at is not None
+                await self.stream.write(sub.fmt.restart(sub.feed, sub.restart_at))
+                return
+            if sub.state is SubState.OVERFLOW:
+                now = anyio.current_time()
+                self._overflows = [
+                    t for t in self._overflows if now - t < CATCHUP_WINDOW_SECONDS
+                ]
+                self._overflows.append(now)
+                if len(self._overflows) > MAX_CATCHUPS:
+                    self.metrics.slow_consumer_actions.labels(action="disconnect").inc()
+                    self.close(CloseCode.TOO_SLOW, "too slow: resume from your last cursors")
+                    return
+                sub.state = SubState.CATCHING_UP
+                continue
+            return  # CLOSED
+
+    def _end_subscriptions(self) -> None:
+        for name in list(self._scopes):
+            self._unsubscribe(name)
+
+    # -- credentials ---------------------------------------------------------------
+
+    def _refresh(self, token: str) -> None:
+        try:
+            fresh = self.auth.verify(token)
+        except GatewayError as exc:
+            self._send(ws.error(str(exc.code), exc.message))
+            return
+        old = self.principal
+        if (fresh.issuer, fresh.tenant, fresh.subject) != (old.issuer, old.tenant, old.subject):
+            self._send(
+                ws.error(
+                    str(ErrorCode.UNAUTHENTICATED),
+                    "a refreshed token must have the same iss, tenant and sub",
+                )
+            )
+            return
+        if "subscribe" not in fresh.scopes:
+            self._send(ws.error(str(ErrorCode.UNAUTHENTICATED), "token lacks the subscribe scope"))
+            return
+        self.principal = fresh
+        self._refreshed.set()
+        for name in list(self._scopes):
+            try:
+                feed_key(fresh, name)
+            except GatewayError:
+                self._unsubscribe(name)
+                self._send(ws.error(str(ErrorCode.NOT_FOUND), "no such feed", name))
+
+    async def _watch_expiry(self) -> None:
+        while True:
+            left = self.principal.expires_at - _wall_clock()
+            if left <= 0:
+                self.close(CloseCode.UNAUTHENTICATED, "token expired")
+                return
+            self._refreshed = anyio.Event()
+            with anyio.move_on_after(left):
+                await self._refreshed.wait()
+
+    # -- keepalive -----------------------------------------------------------------
+
+    async def _pinger(self) -> None:
+        interval = self.settings.ws_ping_interval
+        timeout = self.settings.ws_ping_timeout
+        while True:
+            await anyio.sleep(interval)
+            if self.protocol.state is not State.OPEN:
+                return
+            self._pong = anyio.Event()
+            self._ping_payload = os.urandom(4)
+            self.protocol.send_ping(self._ping_payload)
+            self._flush()
+            with anyio.move_on_after(timeout):
+                await self._pong.wait()
+            if not self._pong.is_set():
+                log.info("ping timeout: closing", timeout=timeout)
+                # A peer that does not answer may not read either: do not wait on it.
+                self.close_code = 1011
+                self._end_subscriptions()
+                self.stream.abort()
+                self._finish()
+                return
+
+    # -- closing -------------------------------------------------------------------
+
+    def close(self, code: int, reason: str) -> None:
+        """Close with ``code``: subscriptions end, the close frame goes out, then the
+        transport closes when the client answers or after ``CLOSE_TIMEOUT``."""
+        if self._closing:
+            return
+        self._closing = True
+        self.close_code = code
+        self._end_subscriptions()
+        if self.protocol.state is State.OPEN:
+            self.protocol.send_close(code, reason)
+            self._flush()
+        assert self._tg is not None
+        self._tg.start_soon(self._close_after_timeout)
+
+    async def _close_after_timeout(self) -> None:
+        with anyio.move_on_after(CLOSE_TIMEOUT):
+            await self._closed.wait()
+        self._finish()
+
+    def _finish(self) -> None:
+        if not self._closed.is_set():
+            self._closed.set()
+            self.stream.end()
+
+    async def run(self, trailing: bytes) -> int | None:
+        """Serve the socket until it closes; returns the close code sent (if any)."""
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            tg.start_soon(self._pinger)
+            tg.start_soon(self._watch_expiry)
+            if trailing:
+                self.on_data(trailing)
+            await self._closed.wait()
+            self._end_subscriptions()
+            tg.cancel_scope.cancel()
+        self.outbox.release()
+        if self.close_code is None and isinstance(self.protocol.close_sent, Close):
+            # The protocol closed by itself (a message too big, a protocol error) or
+            # answered the client's close.
+            sent = self.protocol.close_sent.code
+            received = self.protocol.close_rcvd
+            if not (isinstance(received, Close) and received.code == sent):
+                self.close_code = sent
+        return self.close_code
+
+    def shutdown(self, code: int = CloseCode.SERVICE_RESTART) -> None:
+        """Drain: close with 1012 so the client reconnects elsewhere and resumes."""
+        if self._tg is not None:
+            self.close(code, "service restart: reconnect and resume")
+
+
+def _wall_clock() -> float:
+    return time.time()
+
+
+class WebSocketRoute:
+    """The upgrade: authenticate, check Origin and subprotocol, hand over to a Session."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        hub: Hub,
+        authenticator: Authenticator,
+        metrics: Metrics,
+        sessions: set[Session],
+    ) -> None:
+        self.settings = settings
+        self.hub = hub
+        self.auth = authenticator
+        self.metrics = metrics
+        self.sessions = sessions
+        self.origins = [o.strip() for o in settings.ws_origins.split(",") if o.strip()]
+
+    def _principal(self, request: Request, offered: list[str]) -> Principal:
+        header = request.headers.get("authorization")
+        token: str | None = None
+        if header is not None:
+            scheme, _, value = header.partition(" ")
+            if scheme.lower() != "bearer" or not value.strip():
+                raise Unauthenticated("expected 'Authorization: Bearer <token>'")
+            token = value.strip()
+        else:
+            for proto in offered:
+                if proto.startswith(ws.BEARER_PREFIX):
+                    token = proto[len(ws.BEARER_PREFIX) :]
+                    break
+        if not token:
+            raise Unauthenticated("missing bearer token")
+        principal = self.auth.verify(token)
+        if "subscribe" not in principal.scopes:
+            raise Unauthenticated("token lacks the subscribe scope")
+        return principal
+
+    async def __call__(self, request: Request, responder: Responder) -> None:
+        if request.method != "GET":
+            raise MethodNotAllowed("the WebSocket route takes GET upgrades only")
+        offered = _offered_subprotocols(request)
+        principal = self._principal(request, offered)
+        origin = request.headers.get("origin")
+        if self.origins and origin is not None and origin not in self.origins:
+            raise Forbidden("origin not allowed")
+        if ws.SUBPROTOCOL not in offered:
+            raise InvalidRequest("offer the gateway.v1 subprotocol")
+        handshake = ServerProtocol(
+            subprotocols=[Subprotocol(ws.SUBPROTOCOL)],
+            select_subprotocol=_select_gateway_v1,
+        )
+        headers = Headers()
+        for name, value in request.headers.items():
+            headers[name] = value
+        response = handshake.accept(WsRequest(request.raw_target.decode("latin-1"), headers))
+        if response.status_code != 101:
+            raise InvalidRequest("not a valid WebSocket upgrade request")
+        protocol = ServerProtocol(
+            state=State.OPEN,
+            max_size=self.settings.ws_max_message_bytes,
+        )
+        session: Session | None = None
+        pending: list[bytes] = []
+
+        def on_data(data: bytes) -> None:
+            if session is None:
+                pending.append(data)
+            else:
+                session.on_data(data)
+
+        def on_eof() -> None:
+            if session is not None:
+                session.on_eof()
+
+        trailing, stream = responder.take_over(on_data, on_eof)
+        stream.write_nowait(response.serialize())
+        session = Session(
+            hub=self.hub,
+            authenticator=self.auth,
+            settings=self.settings,
+            metrics=self.metrics,
+            principal=principal,
+            stream=stream,
+            protocol=protocol,
+        )
+        self.sessions.add(session)
+        self.metrics.connections.labels(transport="ws").inc()
+        reason = "client"
+        try:
+            code = await session.run(trailing + b"".join(pending))
+            reason = _reason(code)
+        finally:
+            self.sessions.discard(session)
+            self.metrics.connections.labels(transport="ws").dec()
+            self.metrics.disconnects.labels(transport="ws", reason=reason).inc()
+
+
+def _select_gateway_v1(
+    protocol: ServerProtocol, offered: object
+) -> Subprotocol | None:
+    return Subprotocol(ws.SUBPROTOCOL) if ws.SUBPROTOCOL in offered else None  # type: ignore[operator]
+
+
+def _reason(code: int | None) -> str:
+    reasons: dict[int | None, str] = {
+        None: "client",
+        CloseCode.TOO_SLOW: "slow",
+        CloseCode.UNAUTHENTICATED: "auth",
+        CloseCode.SERVICE_RESTART: "shutdown",
+        CloseCode.GOING_AWAY: "shutdown",
+        CloseCode.POLICY_VIOLATION: "error",
+        CloseCode.MESSAGE_TOO_BIG: "error",
+        1011: "reset",
+    }
+    return reasons.get(code, "error")
+
+
+__all__ = ["Session", "WebSocketRoute", "feed_key"]
