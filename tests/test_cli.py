@@ -25,6 +25,7 @@ import pytest
 from gateway.auth import Authenticator, mint
 from gateway.config import SETTINGS_HELP, Settings, env_name, flag_name
 from gateway.errors import Unauthenticated
+from tests.support import events as ev
 from tests.support.redis_server import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -222,15 +223,17 @@ def test_serve_without_redis_runs_embedded_and_stops_on_sigint(
 
 
 def test_serve_stops_on_sigterm(server: tuple[subprocess.Popen[bytes], str, Path]) -> None:
-    proc, _, _ = server
-    _stop(proc, signal.SIGTERM)
+    proc, _, log_path = server
+    rc = _stop(proc, signal.SIGTERM)
+    assert rc >= 0, f"killed by signal {-rc} instead of draining (D8)"
+    assert "Traceback" not in log_path.read_text()
 
 
 def test_sigterm_drains_open_sse_streams(tmp_path: Path) -> None:
-    team = str(uuid.uuid4())
+    team = ev.team_id()
     token = mint(SECRET, tenant="acme")
     headers = {"Authorization": f"Bearer {token}"}
-    item = {"source": {"kind": "team"}, "event": _message_event()}
+    item = ev.item(ev.message("drain me"))
     env = clean_env(GATEWAY_JWT_SECRET=SECRET, GATEWAY_DRAIN_SECONDS="1")
     with _serve(tmp_path, env) as (proc, url, _):
         with httpx.Client(base_url=url, timeout=STOP_DEADLINE) as client:
@@ -245,12 +248,6 @@ def test_sigterm_drains_open_sse_streams(tmp_path: Path) -> None:
             assert all(not line.startswith("id: ") for line in rest)
         rc = proc.wait(timeout=STOP_DEADLINE)
         assert rc >= 0, f"killed by signal {-rc}"
-
-
-def _message_event() -> dict[str, object]:
-    from tests.support import events
-
-    return events.message("drain me")
 
 
 # --------------------------------------------------------------------------- bad settings
