@@ -17,6 +17,8 @@ def _serve(argv: Sequence[str]) -> int:
         prog="gateway serve",
         description="Run the gateway. Every setting is a flag or a GATEWAY_* variable; "
         "a flag wins over its variable.",
+        epilog=config.env_only_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     config.add_arguments(parser)
     ns = parser.parse_args(list(argv))

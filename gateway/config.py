@@ -111,10 +111,28 @@ def _field_types() -> dict[str, Any]:
     return {f.name: f.type for f in info.fields}
 
 
+#: Secrets are read from the environment only: a flag would show them in ``ps``.
+ENV_ONLY = frozenset({"jwt_secret"})
+
+
+def env_only_help() -> str:
+    """The ``--help`` epilog listing the settings that have no flag."""
+    defaults = Settings()
+    lines = ["environment only (no flag, so secrets stay out of 'ps'):"]
+    for name in sorted(ENV_ONLY):
+        lines.append(
+            f"  {env_name(name)}  {SETTINGS_HELP[name]} "
+            f"[env {env_name(name)}; default {getattr(defaults, name)!r}]"
+        )
+    return "\n".join(lines)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add one flag per setting; defaults are left ``None`` so that env vars can apply."""
     defaults = Settings()
     for name, help_text in SETTINGS_HELP.items():
+        if name in ENV_ONLY:
+            continue
         default = getattr(defaults, name)
         parser.add_argument(
             flag_name(name),

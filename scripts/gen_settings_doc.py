@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from gateway.config import SETTINGS_HELP, Settings, env_name, flag_name
+from gateway.config import ENV_ONLY, SETTINGS_HELP, Settings, env_name, flag_name
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 BEGIN, END = "<!-- settings:begin -->", "<!-- settings:end -->"
@@ -20,7 +20,8 @@ def table() -> str:
     for name, text in SETTINGS_HELP.items():
         value = getattr(defaults, name)
         shown = "unset" if value is None else f"`{value}`"
-        rows.append(f"| `{flag_name(name)}` | `{env_name(name)}` | {shown} | {text} |")
+        flag = "(environment only)" if name in ENV_ONLY else f"`{flag_name(name)}`"
+        rows.append(f"| {flag} | `{env_name(name)}` | {shown} | {text} |")
     return "\n".join(rows)
 
 

@@ -85,9 +85,7 @@ async def test_same_event_id_different_body_is_409(
     await client.post(f"/v1/teams/{team}/events", json=original, headers=auth())
     changed = json.loads(json.dumps(original))
     changed["event"]["data"]["text"] = "something else"
-    r = await client.post(
-        f"/v1/teams/{team}/events", json=[ev.item(), changed], headers=auth()
-    )
+    r = await client.post(f"/v1/teams/{team}/events", json=[ev.item(), changed], headers=auth())
     assert "item 1" in error(r, 409, "idempotency_key_reused")
     assert await head(node, team) == 1  # nothing of the array was appended
 
@@ -96,8 +94,16 @@ BAD_ITEMS: list[tuple[str, Any, str]] = [
     ("unknown item key", {**ev.item(), "extra": 1}, "extra"),
     ("missing event", {"source": ev.team_source()}, "event"),
     ("unknown envelope field", ev.item({**ev.message(), "bogus": 1}), "bogus"),
-    ("unknown data field", ev.item(ev.event("team_message", {
-        "message_id": "m", "from": "a", "to": "*", "text": "t", "colour": "red"})), "colour"),
+    (
+        "unknown data field",
+        ev.item(
+            ev.event(
+                "team_message",
+                {"message_id": "m", "from": "a", "to": "*", "text": "t", "colour": "red"},
+            )
+        ),
+        "colour",
+    ),
     ("wrong type", ev.item({**ev.message(), "seq": "one"}), "event.seq"),
     ("unknown event type", ev.item(ev.event("no_such_type", {})), "event.type"),
     ("bad source kind", ev.item(source={"kind": "nobody"}), "source"),
@@ -120,7 +126,10 @@ async def test_source_must_match_caller_and_path(node: Gateway, client: httpx.As
     team = ev.team_id()
     other_team = ev.member_source("acme", ev.team_id())
     other_tenant = ev.member_source("globex", team)
-    for source, field in ((other_team, "source.member.team"), (other_tenant, "source.member.tenant")):
+    for source, field in (
+        (other_team, "source.member.team"),
+        (other_tenant, "source.member.tenant"),
+    ):
         r = await client.post(
             f"/v1/teams/{team}/events", json=ev.item(source=source), headers=auth()
         )
@@ -141,9 +150,13 @@ async def test_source_must_match_caller_and_path(node: Gateway, client: httpx.As
 async def test_body_errors(node: Gateway, client: httpx.AsyncClient) -> None:
     team = ev.team_id()
     path = f"/v1/teams/{team}/events"
-    r = await client.post(path, content=b"{not json", headers={**auth(), "content-type": "application/json"})
+    r = await client.post(
+        path, content=b"{not json", headers={**auth(), "content-type": "application/json"}
+    )
     assert "JSON" in error(r, 400, "invalid_request")
-    r = await client.post(path, content=json.dumps(ev.item()), headers={**auth(), "content-type": "text/plain"})
+    r = await client.post(
+        path, content=json.dumps(ev.item()), headers={**auth(), "content-type": "text/plain"}
+    )
     error(r, 415, "unsupported_media_type")
     r = await client.post(path, content=b"", headers={**auth(), "content-type": "application/json"})
     error(r, 400, "invalid_request")
@@ -158,7 +171,9 @@ async def test_body_errors(node: Gateway, client: httpx.AsyncClient) -> None:
     # The node still serves after all that.
     r = await client.post(path, json=ev.item(), headers=auth())
     assert r.status_code == 200
-    assert metric(node, "gateway_publish_rejections_total", code="invalid_request", path="http") >= 3
+    assert (
+        metric(node, "gateway_publish_rejections_total", code="invalid_request", path="http") >= 3
+    )
 
 
 async def test_oversized_chunked_body_is_413(client: httpx.AsyncClient) -> None:
@@ -180,14 +195,24 @@ async def test_auth_for_publishing(node: Gateway, client: httpx.AsyncClient) -> 
     team = ev.team_id()
     path = f"/v1/teams/{team}/events"
     error(await client.post(path, json=ev.item()), 401, "unauthenticated")
-    error(await client.post(path, json=ev.item(), headers=auth(scopes=["subscribe"])), 403, "forbidden")
-    error(await client.post("/v1/teams/Not-A-Uuid/events", json=ev.item(), headers=auth()), 404, "not_found")
+    error(
+        await client.post(path, json=ev.item(), headers=auth(scopes=["subscribe"])),
+        403,
+        "forbidden",
+    )
+    error(
+        await client.post("/v1/teams/Not-A-Uuid/events", json=ev.item(), headers=auth()),
+        404,
+        "not_found",
+    )
     assert await head(node, team) == 0
 
 
 async def test_other_methods_and_routes(client: httpx.AsyncClient) -> None:
     team = ev.team_id()
-    error(await client.delete(f"/v1/teams/{team}/events", headers=auth()), 405, "method_not_allowed")
+    error(
+        await client.delete(f"/v1/teams/{team}/events", headers=auth()), 405, "method_not_allowed"
+    )
     error(await client.get("/v1/nothing", headers=auth()), 404, "not_found")
     error(await client.get("/v1/nothing"), 401, "unauthenticated")
     error(await client.get("/nothing"), 404, "not_found")

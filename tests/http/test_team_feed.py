@@ -93,7 +93,7 @@ async def test_replays_then_follows_in_order(client: httpx.AsyncClient) -> None:
 
 async def test_items_are_rfc8785_team_items(client: httpx.AsyncClient) -> None:
     team = ev.team_id()
-    body = ev.item(ev.message("z\u00e9\n\"quoted\""), ev.member_source("acme", team))
+    body = ev.item(ev.message('z\u00e9\n"quoted"'), ev.member_source("acme", team))
     [cursor] = await publish(client, team, [body])
     [sse] = await collect(client, team, 1)
     epoch, offset = (int(x) for x in cursor.split(":"))
@@ -129,7 +129,9 @@ async def test_resume_at_head_waits_for_new_items(client: httpx.AsyncClient) -> 
     received: list[str] = []
     with anyio.fail_after(10):
         async with aconnect_sse(
-            client, "GET", f"/v1/teams/{team}/events",
+            client,
+            "GET",
+            f"/v1/teams/{team}/events",
             headers={**auth(), "Last-Event-ID": cursors[-1]},
         ) as source:
             later = await publish(client, team, [ev.item()])
@@ -191,7 +193,7 @@ async def test_older_epoch_gets_epoch_restarted_then_close(client: httpx.AsyncCl
             got = [sse async for sse in source.aiter_sse()]  # ends: the server closes
     assert len(got) == 1
     assert got[0].id == f"{epoch}:0"
-    assert got[0].data == '{"cursor":{"epoch":%d,"offset":0},"kind":"epoch_restarted"}' % epoch
+    assert got[0].data == f'{{"cursor":{{"epoch":{epoch},"offset":0}},"kind":"epoch_restarted"}}'
     # Reconnecting with that cursor resumes in the current epoch (seed rule 22).
     again = await collect(client, team, 1, headers={**auth(), "Last-Event-ID": got[0].id})
     assert again[0].id == cursor
@@ -201,35 +203,55 @@ async def test_trimmed_history_restarts_at_oldest_complete_cursor(
     node_redis: tuple[str | None, str],
 ) -> None:
     url, prefix = node_redis
-    async with start_node(url, prefix, team_retention=3) as node:
-        async with httpx.AsyncClient(base_url=node.url, timeout=10) as client:
-            team = ev.team_id()
-            cursors = await publish(client, team, [ev.item() for _ in range(6)])
-            epoch = cursors[0].split(":")[0]
-            # Offsets 4..6 are retained; after 1 the feed is incomplete.
-            with anyio.fail_after(10):
-                async with aconnect_sse(
-                    client, "GET", f"/v1/teams/{team}/events",
-                    headers={**auth(), "Last-Event-ID": cursors[0]},
-                ) as source:
-                    got = [sse async for sse in source.aiter_sse()]
-            assert [s.id for s in got] == [f"{epoch}:3"]
-            assert data(got[0]) == {
-                "cursor": {"epoch": int(epoch), "offset": 3}, "kind": "epoch_restarted",
-            }
-            # From the restart cursor, or from 3 itself, the retained items follow.
-            resumed = await collect(client, team, 3, headers={**auth(), "Last-Event-ID": got[0].id})
-            assert [s.id for s in resumed] == cursors[3:]
-            # Without a cursor: every retained item.
-            fresh = await collect(client, team, 3)
-            assert [s.id for s in fresh] == cursors[3:]
-            assert metric(node, "gateway_resumes_total", outcome="epoch_restarted") == 1
+    async with (
+        start_node(url, prefix, team_retention=3) as node,
+        httpx.AsyncClient(base_url=node.url, timeout=10) as client,
+    ):
+        team = ev.team_id()
+        cursors = await publish(client, team, [ev.item() for _ in range(6)])
+        epoch = cursors[0].split(":")[0]
+        # Offsets 4..6 are retained; after 1 the feed is incomplete.
+        with anyio.fail_after(10):
+            async with aconnect_sse(
+                client,
+                "GET",
+                f"/v1/teams/{team}/events",
+                headers={**auth(), "Last-Event-ID": cursors[0]},
+            ) as source:
+                got = [sse async for sse in source.aiter_sse()]
+        assert [s.id for s in got] == [f"{epoch}:3"]
+        assert data(got[0]) == {
+            "cursor": {"epoch": int(epoch), "offset": 3},
+            "kind": "epoch_restarted",
+        }
+        # From the restart cursor, or from 3 itself, the retained items follow.
+        resumed = await collect(client, team, 3, headers={**auth(), "Last-Event-ID": got[0].id})
+        assert [s.id for s in resumed] == cursors[3:]
+        # Without a cursor: every retained item.
+        fresh = await collect(client, team, 3)
+        assert [s.id for s in fresh] == cursors[3:]
+        assert metric(node, "gateway_resumes_total", outcome="epoch_restarted") == 1
 
 
 @pytest.mark.parametrize(
     "cursor",
-    ["", "abc", "1", "1:", ":1", "1:2:3", "-1:2", "1:-2", "1.0:2", " 1:2x", "1:2 3",
-     "9007199254740992:0", "0:9007199254740992", "１:2", "0x1:2"],
+    [
+        "",
+        "abc",
+        "1",
+        "1:",
+        ":1",
+        "1:2:3",
+        "-1:2",
+        "1:-2",
+        "1.0:2",
+        " 1:2x",
+        "1:2 3",
+        "9007199254740992:0",
+        "0:9007199254740992",
+        "\uff11:2",
+        "0x1:2",
+    ],
 )
 async def test_malformed_cursor_is_400(client: httpx.AsyncClient, cursor: str) -> None:
     team = ev.team_id()
