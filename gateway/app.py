@@ -101,7 +101,12 @@ class Gateway:
 
 def build_log(settings: Settings) -> FeedLog:
     if settings.redis_url:
-        return RedisLog(settings.redis_url, prefix=settings.redis_prefix, node_id=settings.node_id)
+        return RedisLog(
+            settings.redis_url,
+            prefix=settings.redis_prefix,
+            node_id=settings.node_id,
+            max_connections=settings.redis_max_connections,
+        )
     return MemoryLog()
 
 
@@ -126,8 +131,10 @@ async def running(
         read_block_ms=settings.read_block_ms,
         history_page=settings.history_page,
         max_node_buffer_bytes=settings.max_node_buffer_bytes,
+        max_queue_bytes=settings.max_queue_bytes,
         hooks=hooks,
     )
+    metrics.buffered_bytes.set_function(lambda: hub.budget.total)
     publisher = Publisher(feed_log, metrics, team_retention=settings.team_retention)
     inbox: Inbox | None = None
     if isinstance(feed_log, RedisLog):

@@ -24,6 +24,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     redis_url: str | None = None
     #: Prefix of every Redis key the gateway owns.
     redis_prefix: str = "gw"
+    #: Redis connections one node opens at most (callers wait for a free one).
+    redis_max_connections: int = 32
     jwt_secret: str | None = None
     keepalive_seconds: float = 15.0
     team_retention: int = 10_000
@@ -33,6 +35,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     history_page: int = 500
     #: Outbound bytes one connection may have queued before it counts as slow.
     max_queue_bytes: int = 1_048_576
+    #: A client that takes nothing from its socket for this long is disconnected.
+    slow_client_timeout: float = 30.0
     #: Outbound bytes the whole node may hold for clients that are behind.
     max_node_buffer_bytes: int = 268_435_456
     #: Max items the node reads from Redis per feed per read.
@@ -69,6 +73,7 @@ SETTINGS_HELP: dict[str, str] = {
     "redis_url": "Redis URL (redis://, rediss://, unix://). Unset: embedded in-memory log, "
     "nothing durable.",
     "redis_prefix": "Prefix of every Redis key the gateway owns.",
+    "redis_max_connections": "Most Redis connections one node opens; callers wait for one.",
     "jwt_secret": "HS256 secret for bearer tokens. Unset: every /v1 route answers 401.",
     "keepalive_seconds": "Seconds between ': keepalive' comments on idle SSE streams.",
     "team_retention": "Items kept per team feed; older ones are trimmed.",
@@ -76,6 +81,8 @@ SETTINGS_HELP: dict[str, str] = {
     "max_body_bytes": "Largest accepted publish body in bytes (413 beyond).",
     "history_page": "Items per history page read when a client resumes.",
     "max_queue_bytes": "Outbound bytes buffered per connection before it is treated as slow.",
+    "slow_client_timeout": "Seconds a client may take nothing from a full socket before it "
+    "is disconnected as too slow (SSE: stream ends; WebSocket: 4008).",
     "max_node_buffer_bytes": "Outbound bytes the whole node may buffer for clients that are "
     "behind; past it, connections with buffered bytes are treated as slow.",
     "read_batch": "Most items read from Redis per feed per read.",
@@ -201,15 +208,31 @@ def load(args: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = 
 
 def _check(s: Settings) -> None:
     positive = (
-        "port", "team_retention", "run_retention", "max_body_bytes", "history_page",
-        "max_queue_bytes", "max_node_buffer_bytes", "ws_max_subscriptions",
-        "ws_max_message_bytes", "ws_max_bad_messages", "read_batch", "read_block_ms",
+        "port",
+        "redis_max_connections",
+        "team_retention",
+        "run_retention",
+        "max_body_bytes",
+        "history_page",
+        "max_queue_bytes",
+        "max_node_buffer_bytes",
+        "ws_max_subscriptions",
+        "ws_max_message_bytes",
+        "ws_max_bad_messages",
+        "read_batch",
+        "read_block_ms",
         "inbox_claim_ms",
     )
     for name in positive:
         if getattr(s, name) <= 0:
             raise ValueError(f"{name} must be positive")
-    for name in ("keepalive_seconds", "drain_seconds", "ws_ping_interval", "ws_ping_timeout"):
+    for name in (
+        "keepalive_seconds",
+        "drain_seconds",
+        "ws_ping_interval",
+        "ws_ping_timeout",
+        "slow_client_timeout",
+    ):
         value = getattr(s, name)
         # "not >" also rejects NaN; infinity is no interval either.
         if not value > 0 or math.isinf(value):

@@ -81,6 +81,12 @@ class Metrics:
             ["action"],
             registry=r,
         )
+        self.buffered_bytes = Gauge(
+            "gateway_buffered_bytes",
+            "Outbound bytes the node holds for clients that are behind (bounded by "
+            "GATEWAY_MAX_NODE_BUFFER_BYTES).",
+            registry=r,
+        )
         self.redis_errors = Counter(
             "gateway_redis_errors_total", "Failed Redis operations.", registry=r
         )

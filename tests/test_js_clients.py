@@ -91,8 +91,8 @@ def js_packages(node_exe: str) -> Path:
     return JS_DIR / "node_modules"
 
 
-@pytest.fixture(scope="module")
-def chromium() -> Path:
+def require_chromium() -> Path:
+    """Fail (never skip: CI installs it) when the system Chromium is missing."""
     if not CHROMIUM.exists():
         pytest.fail(
             f"{CHROMIUM} is missing: the browser test needs headless Chromium; run "
@@ -247,8 +247,13 @@ async def run_js(node_exe: str, script: str, config: Json) -> AsyncIterator[JsPr
 
 
 def ws_config(node: Gateway, feeds: list[Json], **kw: Any) -> Json:
-    return {"url": ws_url(node), "token": token(), "feeds": feeds, "timeout_ms": CLIENT_TIMEOUT_MS,
-            **kw}
+    return {
+        "url": ws_url(node),
+        "token": token(),
+        "feeds": feeds,
+        "timeout_ms": CLIENT_TIMEOUT_MS,
+        **kw,
+    }
 
 
 def assert_ok(result: Json) -> None:
@@ -353,9 +358,7 @@ async def test_ws_error_frame_names_the_feed_and_ends_only_it(
             await pub.publish(client, good)  # the socket is still serving the good feed
             result = await js.result()
     assert_ok(result)
-    errors = sorted(
-        (f["feed"], f["code"]) for f in result["frames"] if f["type"] == "error"
-    )
+    errors = sorted((f["feed"], f["code"]) for f in result["frames"] if f["type"] == "error")
     assert errors == sorted(
         [(f"team/{malformed}", "invalid_cursor"), (f"team/{past_head}", "invalid_cursor")]
     )
@@ -378,8 +381,9 @@ async def test_ws_token_expiry_closes_4001(
     short = mint(SECRET, tenant="acme", subject="tester", scopes=["subscribe"], ttl_seconds=3)
     with anyio.fail_after(TEST_TIMEOUT):
         await pub.publish(client, team)
-        config = ws_config(node, [{"feed": feed}], token=short, auth="subprotocol",
-                           until_close=True)
+        config = ws_config(
+            node, [{"feed": feed}], token=short, auth="subprotocol", until_close=True
+        )
         async with run_js(node_exe, "ws_client.mjs", config) as js:
             await js.ready()
             await pub.publish(client, team)
@@ -401,8 +405,8 @@ async def test_browser_receives_two_feeds(
     client: httpx.AsyncClient,
     js_packages: Path,
     node_exe: str,
-    chromium: Path,
 ) -> None:
+    chromium = require_chromium()
     teams = [ev.team_id() for _ in range(2)]
     feeds = [f"team/{t}" for t in teams]
     pub = Published()

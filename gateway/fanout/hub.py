@@ -11,6 +11,7 @@ history and live; items the subscription already has are filtered by offset).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -19,8 +20,9 @@ import structlog
 
 from gateway.cursor import Cursor
 from gateway.errors import NotFound, Unavailable
+from gateway.fanout.flight import SingleFlight
 from gateway.fanout.subscriber import Format, NodeBudget, Subscription, SubState
-from gateway.feed import FeedKey, FeedState, StoredItem
+from gateway.feed import FeedKey, FeedKind, FeedState, StoredItem
 from gateway.log.base import Batch, FeedLog
 from gateway.metrics import Metrics
 from gateway.resume import Restart, plan, restart_cursor
@@ -66,6 +68,7 @@ class Hub:
         read_block_ms: int = 1000,
         history_page: int = 500,
         max_node_buffer_bytes: int = 256 * 1024 * 1024,
+        max_queue_bytes: int = 1024 * 1024,
         hooks: Hooks | None = None,
     ) -> None:
         self.log = feed_log
@@ -74,11 +77,16 @@ class Hub:
         self.read_block_ms = read_block_ms
         self.history_page = history_page
         self.hooks = hooks or Hooks()
+        #: Live writes are at most this large, so each fits a connection's bound.
+        self.offer_chunk_bytes = max(1, max_queue_bytes // 4)
         #: The node-wide bound on bytes buffered for clients (shared by every outbox).
         self.budget = NodeBudget(max_node_buffer_bytes)
         self.channels: dict[FeedKey, Channel] = {}
         self._changed = anyio.Event()
         self._idle = anyio.Event()
+        # Joining clients share state reads and history pages (single flight).
+        self._states: SingleFlight[FeedState | None] = SingleFlight()
+        self._pages: SingleFlight[list[StoredItem]] = SingleFlight()
         #: Monotonic time of the reader's last completed read (for readiness).
         self.last_progress = 0.0
 
@@ -89,19 +97,18 @@ class Hub:
         feed: FeedKey,
         cursor: Cursor | None,
         fmt: Format,
-        *,
-        hidden: Callable[[FeedState], bool] | None = None,
     ) -> Subscription:
         """Plan a subscription (D2) and register it; nothing has been sent yet.
 
         Raises NotFound (no such feed) or InvalidCursor before any output, so the
         route can still answer with an error status.  The returned subscription is
         either ``CATCHING_UP`` (call :meth:`catch_up` next) or ``RESTARTED``.
-        ``hidden`` lets a route treat some existing feeds as missing (host teams).  After
+        A host team (a team feed that began with a host ``team_opened``) is not
+        served on any transport (D3): it answers like a missing feed.  After
         this returns the caller must eventually call :meth:`close`.
         """
-        state = await self.log.state(feed)
-        if state is None or (hidden is not None and hidden(state)):
+        state = await self._state(feed)
+        if state is None or (feed.kind is FeedKind.TEAM and state.host):
             raise NotFound("no such feed")
         decision = plan(cursor, state)
         if isinstance(decision, Restart):
@@ -118,6 +125,9 @@ class Hub:
         await self._register(sub, state)
         return sub
 
+    async def _state(self, feed: FeedKey) -> FeedState | None:
+        return await self._states.do(feed, lambda: self.log.state(feed))
+
     async def wait_idle(self) -> None:
         """Return once no subscription is open on this node."""
         while self.channels:
@@ -131,7 +141,13 @@ class Hub:
             channel = self.channels[sub.feed] = Channel(sub.feed, state.head_cursor)
             channel.subs.add(sub)
             self._changed.set()
-            await self.log.wake()
+            try:
+                await self.log.wake()
+            except BaseException:
+                # Cancelled (or failed) before the caller holds the subscription: it
+                # could never close it, so close it here.
+                self.close(sub)
+                raise
         else:
             channel.subs.add(sub)
 
@@ -151,7 +167,11 @@ class Hub:
                 sub.state = SubState.LIVE
                 return
             target = channel.position
-            items = await self.log.read(feed, sub.position, self.history_page)
+            position = sub.position
+            items = await self._pages.do(
+                (feed, position),
+                functools.partial(self.log.read, feed, position, self.history_page),
+            )
             if not items:
                 if not await self._check_position(sub):
                     return
@@ -173,7 +193,7 @@ class Hub:
 
     async def _check_position(self, sub: Subscription) -> bool:
         """History read nothing: is the position still valid?  False if restarted."""
-        state = await self.log.state(sub.feed)
+        state = await self._state(sub.feed)
         pos = sub.position
         if state is not None and (
             state.epoch != pos.epoch or pos.offset + 1 < state.first or pos.offset > state.head
@@ -263,19 +283,45 @@ class Hub:
 
     def _deliver(self, channel: Channel, items: list[StoredItem]) -> None:
         channel.position = items[-1].cursor
-        encoded: dict[str, tuple[list[bytes], bytes]] = {}
+        encoded: dict[str, list[tuple[list[StoredItem], list[bytes], bytes]]] = {}
         delivered = 0
         for sub in channel.subs:
             if sub.state is not SubState.LIVE:
                 continue
-            cached = encoded.get(sub.fmt.name)
-            if cached is None:
-                frames = [sub.fmt.frame(channel.feed, item) for item in items]
-                cached = encoded[sub.fmt.name] = (frames, b"".join(frames))
-            if sub.offer(items, cached[0], cached[1]):
-                delivered += 1
+            chunks = encoded.get(sub.fmt.name)
+            if chunks is None:
+                chunks = encoded[sub.fmt.name] = self._encode(channel.feed, sub, items)
+            for chunk_items, frames, joined in chunks:
+                if not sub.offer(chunk_items, frames, joined):
+                    sub.overflow()
+                    self.metrics.slow_consumer_actions.labels(action="catch_up").inc()
+                    break
             else:
-                sub.overflow()
-                self.metrics.slow_consumer_actions.labels(action="catch_up").inc()
+                delivered += 1
         self.metrics.items_read.inc(len(items))
         self.metrics.fanout_offers.inc(delivered)
+
+    def _encode(
+        self, feed: FeedKey, sub: Subscription, items: list[StoredItem]
+    ) -> list[tuple[list[StoredItem], list[bytes], bytes]]:
+        """Encode a batch once, in chunks of at most ``offer_chunk_bytes`` (whole frames).
+
+        Chunks keep every write within a connection's byte bound: a connection that
+        takes everything at once gets the chunks back to back.
+        """
+        frames = [sub.fmt.frame(feed, item) for item in items]
+        limit = self.offer_chunk_bytes
+        chunks: list[tuple[list[StoredItem], list[bytes], bytes]] = []
+        start = size = 0
+        for index, frame in enumerate(frames):
+            if size and size + len(frame) > limit:
+                chunks.append(
+                    (items[start:index], frames[start:index], b"".join(frames[start:index]))
+                )
+                start, size = index, 0
+            size += len(frame)
+        if start == 0:
+            chunks.append((items, frames, b"".join(frames)))
+        else:
+            chunks.append((items[start:], frames[start:], b"".join(frames[start:])))
+        return chunks

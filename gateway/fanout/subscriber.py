@@ -68,11 +68,15 @@ class Outbox:
         self.wrote = False
 
     def try_write(self, data: bytes) -> bool:
-        """Write now, or refuse (False) if that would pass a bound.  Never blocks."""
+        """Write now, or refuse (False) if that would pass a bound.  Never blocks.
+
+        A connection holding nothing takes any write (the kernel took everything so
+        far: it keeps up); writes are at most a quarter of the bound (the hub chunks
+        them), so a connection never holds more than ``max_bytes`` plus one item
+        larger than that.
+        """
         buffered = self._transport.buffered()
-        if buffered + len(data) > self.max_bytes:
-            return False
-        if buffered and self._budget.over():
+        if buffered and (buffered + len(data) > self.max_bytes or self._budget.over()):
             return False
         self._transport.write_nowait(data)
         self.wrote = True

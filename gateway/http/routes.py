@@ -13,6 +13,7 @@ from importlib import resources
 
 import anyio
 import msgspec
+import structlog
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gateway.auth import Authenticator, Principal
@@ -20,6 +21,7 @@ from gateway.config import Settings
 from gateway.cursor import parse_cursor
 from gateway.errors import (
     Forbidden,
+    GatewayError,
     MethodNotAllowed,
     NotFound,
     Unauthenticated,
@@ -27,13 +29,15 @@ from gateway.errors import (
 )
 from gateway.fanout.hub import Hub
 from gateway.fanout.subscriber import Outbox, Subscription, SubState
-from gateway.feed import FeedKey, FeedState, is_team_id, team_feed
+from gateway.feed import FeedKey, is_team_id, team_feed
 from gateway.http.server import Request, Responder, Stream
 from gateway.http.websocket import Session, WebSocketRoute
 from gateway.metrics import Metrics
 from gateway.producer import Publisher
 from gateway.wire import sse
 from gateway.wire.formats import TEAM_SSE
+
+log = structlog.get_logger("gateway.routes")
 
 _TEAM_EVENTS = re.compile(r"^/v1/teams/([^/]+)/events$")
 #: How many times a subscriber may overflow and catch up within the window before it
@@ -140,7 +144,7 @@ class Routes:
             raw = request.query_one("after")
         cursor = parse_cursor(raw) if raw is not None else None
         try:
-            sub = await self.hub.open(feed, cursor, TEAM_SSE, hidden=_is_host_team)
+            sub = await self.hub.open(feed, cursor, TEAM_SSE)
         except NotFound:
             raise NotFound(_NO_SUCH_TEAM) from None
         try:
@@ -173,19 +177,28 @@ class Routes:
         outbox = sub.outbox
         assert outbox is not None
         overflows: list[float] = []
+        timeout = self.settings.slow_client_timeout
+
+        async def write(data: bytes) -> None:
+            # History waits for the socket, but not forever (a stopped client).
+            with anyio.fail_after(timeout):
+                await stream.write(data)
+
         try:
             while True:
                 if sub.state is SubState.CATCHING_UP:
-                    await self.hub.catch_up(sub, stream.write)
+                    await self.hub.catch_up(sub, write)
                     outbox.wrote = True
                 if sub.state is SubState.LIVE:
                     if not await sub.wait(keepalive) and not outbox.wrote:
-                        await stream.write(sse.KEEPALIVE)
+                        # Through the outbox, so a keepalive never passes the bound; when
+                        # it is refused the client has unread data anyway.
+                        outbox.try_write(sse.KEEPALIVE)
                     outbox.wrote = False
                     continue
                 if sub.state is SubState.RESTARTED:
                     assert sub.restart_at is not None
-                    await stream.write(sub.fmt.restart(sub.feed, sub.restart_at))
+                    await write(sub.fmt.restart(sub.feed, sub.restart_at))
                     return "epoch_restarted"
                 if sub.state is SubState.OVERFLOW:
                     now = anyio.current_time()
@@ -200,6 +213,13 @@ class Routes:
                     return "shutdown"
         except anyio.BrokenResourceError:
             return "client"
+        except TimeoutError:
+            self.metrics.slow_consumer_actions.labels(action="disconnect").inc()
+            return "slow"
+        except GatewayError as exc:
+            # The store failed after the stream started: end it; the client resumes.
+            log.warning("stream ended by an error", code=str(exc.code), error=exc.message)
+            return "error"
 
     # -- POST /v1/teams/{team}/events ------------------------------------------------
 
@@ -217,10 +237,6 @@ class Routes:
             feed.tenant, feed.id, request.body, path="http"
         )
         responder.send(200, msgspec.json.encode({"cursors": [str(c) for c in cursors]}))
-
-
-def _is_host_team(state: FeedState) -> bool:
-    return state.host
 
 
 def require_json(request: Request) -> None:

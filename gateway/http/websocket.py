@@ -63,7 +63,9 @@ def feed_key(principal: Principal, name: str) -> FeedKey:
     Raises InvalidRequest for a name that is not ``team/<id>`` or
     ``run/<thread>/<run>``.
     """
-    kind, _, rest = name.partition("/")
+    kind, slash, rest = name.partition("/")
+    if not slash:
+        raise InvalidRequest("feed: must be team/<team_id> or run/<thread_id>/<run_id>")
     if kind == "team":
         if not is_team_id(rest) or not principal.may_read_team(rest):
             raise NotFound("no such feed")
@@ -226,13 +228,21 @@ class Session:
                 try:
                     sub = await self.hub.open(key, cursor, TEAM_WS)  # type: ignore[arg-type]
                 except GatewayError as exc:
-                    message = "no such feed" if isinstance(exc, NotFound) else exc.message
-                    self._send(ws.error(str(exc.code), message, name))
+                    if not scope.cancel_called:  # not replaced or unsubscribed meanwhile
+                        message = "no such feed" if isinstance(exc, NotFound) else exc.message
+                        self._send(ws.error(str(exc.code), message, name))
+                    return
+                if scope.cancel_called:
                     return
                 sub.outbox = self.outbox
                 self.subs[name] = sub
                 self._send(ws.subscribed(name, sub.head))
-                await self._serve(name, sub)
+                try:
+                    await self._serve(name, sub)
+                except GatewayError as exc:
+                    # The store failed mid-way (unavailable): end this subscription
+                    # only; the client resubscribes from its last cursor.
+                    self._send(ws.error(str(exc.code), exc.message, name))
             finally:
                 if sub is not None:
                     self.hub.close(sub)
@@ -244,7 +254,12 @@ class Session:
     async def _serve(self, name: str, sub: Subscription) -> None:
         while True:
             if sub.state is SubState.CATCHING_UP:
-                await self.hub.catch_up(sub, self.stream.write)
+                try:
+                    await self.hub.catch_up(sub, self._write_or_give_up)
+                except TimeoutError:
+                    self.metrics.slow_consumer_actions.labels(action="disconnect").inc()
+                    self.close(CloseCode.TOO_SLOW, "too slow: resume from your last cursors")
+                    return
             if sub.state is SubState.LIVE:
                 await sub.wait(3600.0)
                 continue
@@ -265,6 +280,11 @@ class Session:
                 sub.state = SubState.CATCHING_UP
                 continue
             return  # CLOSED
+
+    async def _write_or_give_up(self, data: bytes) -> None:
+        """A history write that waits for the socket, but not forever (a stopped peer)."""
+        with anyio.fail_after(self.settings.slow_client_timeout):
+            await self.stream.write(data)
 
     def _end_subscriptions(self) -> None:
         for name in list(self._scopes):
@@ -359,25 +379,30 @@ class Session:
             self._closed.set()
             self.stream.end()
 
-    async def run(self, trailing: bytes) -> int | None:
-        """Serve the socket until it closes; returns the close code sent (if any)."""
-        async with anyio.create_task_group() as tg:
-            self._tg = tg
-            tg.start_soon(self._pinger)
-            tg.start_soon(self._watch_expiry)
-            if trailing:
-                self.on_data(trailing)
-            await self._closed.wait()
-            self._end_subscriptions()
-            tg.cancel_scope.cancel()
-        self.outbox.release()
+    async def run(self, trailing: bytes) -> None:
+        """Serve the socket until it closes (or the connection is lost)."""
+        try:
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                tg.start_soon(self._pinger)
+                tg.start_soon(self._watch_expiry)
+                if trailing:
+                    self.on_data(trailing)
+                await self._closed.wait()
+                self._end_subscriptions()
+                tg.cancel_scope.cancel()
+        finally:
+            self.outbox.release()
+
+    def final_code(self) -> int | None:
+        """The close code the server chose, or None when the client closed first."""
         if self.close_code is None and isinstance(self.protocol.close_sent, Close):
             # The protocol closed by itself (a message too big, a protocol error) or
             # answered the client's close.
             sent = self.protocol.close_sent.code
             received = self.protocol.close_rcvd
             if not (isinstance(received, Close) and received.code == sent):
-                self.close_code = sent
+                return sent
         return self.close_code
 
     def shutdown(self, code: int = CloseCode.SERVICE_RESTART) -> None:
@@ -478,13 +503,14 @@ class WebSocketRoute:
         )
         self.sessions.add(session)
         self.metrics.connections.labels(transport="ws").inc()
-        reason = "client"
         try:
-            code = await session.run(trailing + b"".join(pending))
-            reason = _reason(code)
+            await session.run(trailing + b"".join(pending))
         finally:
+            # Also when the transport's loss cancelled us: the reason is what the
+            # server decided before closing, if anything.
             self.sessions.discard(session)
             self.metrics.connections.labels(transport="ws").dec()
+            reason = _reason(session.final_code())
             self.metrics.disconnects.labels(transport="ws", reason=reason).inc()
 
 

@@ -26,6 +26,9 @@ from typing import Any
 import anyio
 import redis.asyncio as aioredis
 import redis.exceptions
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+from redis.maint_notifications import MaintNotificationsConfig
 
 from gateway.cursor import Cursor
 from gateway.errors import IdempotencyKeyReused, Unavailable
@@ -50,25 +53,73 @@ def _translate(what: str) -> Iterator[None]:
 class RedisLog(FeedLog):
     durable = True
 
-    def __init__(self, url: str, *, prefix: str = "gw", node_id: str | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        prefix: str = "gw",
+        node_id: str | None = None,
+        max_connections: int = 32,
+    ) -> None:
         super().__init__()
-        # redis-py's own annotations are looser than its replies; the adapter owns them.
-        self._redis: Any = aioredis.Redis.from_url(
+        # A bounded pool that makes callers wait for a connection instead of failing:
+        # a thousand clients joining at once share a few dozen connections.
+        pool = aioredis.BlockingConnectionPool.from_url(
             url,
+            max_connections=max_connections,
+            timeout=30,
             decode_responses=False,
             socket_connect_timeout=5,
             socket_keepalive=True,
             health_check_interval=30,
+            protocol=2,
+            # After a Redis restart or failover, pooled connections are stale: the
+            # pool must notice (its check is skipped while maintenance notifications
+            # are on) and a command that meets a dead connection is retried on a new
+            # one.  Retrying the append step is safe for keyed items: the retry
+            # returns the first attempt's cursor.
+            maint_notifications_config=MaintNotificationsConfig(enabled=False),
+            retry=Retry(ExponentialBackoff(cap=0.25, base=0.01), 2),
+            retry_on_error=[redis.exceptions.ConnectionError, redis.exceptions.TimeoutError],
+            redis_connect_func=self._on_connect,
         )
+        # redis-py's own annotations are looser than its replies; the adapter owns them.
+        self._redis: Any = aioredis.Redis(connection_pool=pool)
         self._prefix = prefix
         self._script = self._redis.register_script(_SCRIPT)
         self.node_id = node_id or f"{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self._wake_key = f"{prefix}:node:{self.node_id}:wake".encode()
         self._wake_id = b"0-0"
-        # Set on any connection failure: the next read verifies what this node follows.
+        # Set when the node reaches a different Redis server process (a restart, a
+        # failover) or a command failed: the next read verifies what this node follows.
         self._suspect = False
         # Feeds moved to a new epoch by a request path; the reader reports them next.
         self._pending_resets: dict[FeedKey, FeedState] = {}
+        # The identity of the Redis server process last connected to (INFO run_id).
+        self._run_id: bytes | None = None
+        #: How many times this node found itself talking to another Redis process.
+        self.server_changes = 0
+
+    async def _on_connect(self, connection: Any) -> None:
+        """Every new connection: the usual handshake, then note which server it reached.
+
+        Commands retried on a fresh connection hide a restart from the callers; the
+        server's ``run_id`` does not: when it changes, everything this node follows is
+        verified before it reads on (a restored snapshot or a promoted replica may have
+        rolled feeds back).
+        """
+        await connection.on_connect_check_health(check_health=True)
+        await connection.send_command("INFO", "server")
+        info = await connection.read_response()
+        run_id = None
+        for line in bytes(info).splitlines():
+            if line.startswith(b"run_id:"):
+                run_id = line[7:].strip()
+        if run_id != self._run_id:
+            if self._run_id is not None:
+                self._suspect = True
+                self.server_changes += 1
+            self._run_id = run_id
 
     @property
     def client(self) -> Any:

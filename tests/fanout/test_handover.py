@@ -19,6 +19,7 @@ from gateway.feed import NewItem
 from gateway.wire.teamitem import team_payload
 from tests.support import events as ev
 from tests.support.node import auth, metric, start_node
+from tests.support.wait import until
 
 pytestmark = pytest.mark.anyio
 
@@ -53,9 +54,8 @@ async def test_items_published_inside_the_window_arrive_once(
         result = await node.log.append(sub.feed, [payload(), payload()], retention=10_000)  # type: ignore[attr-defined]
         published_in_hook += 2
         target = result.cursors[-1]
-        with anyio.fail_after(5):
-            while node.hub.channels[sub.feed].position < target:  # type: ignore[attr-defined]  # noqa: ASYNC110 - polls another task's progress with a deadline
-                await anyio.sleep(0.001)
+        channel = node.hub.channels[sub.feed]  # type: ignore[attr-defined]
+        await until(lambda: channel.position >= target, 5, "the reader taking the items")
 
     async with start_node(
         url, prefix, history_page=5, hooks=Hooks(after_history_page=after_history_page)

@@ -1,0 +1,280 @@
+"""Fan-out benchmark: starts Redis and the gateway, drives fanbench, prints a table.
+
+    uv run python bench/run.py                       # every scenario
+    uv run python bench/run.py ws-1k-max sse-1k-max  # some of them
+    uv run python bench/run.py --list
+
+Each scenario starts its own ``redis-server`` (pinned to CPU 1, no persistence) and a
+``gateway serve`` process pinned to CPU 0 with authentication and metrics on, creates
+the team feeds, and runs the neutral load tool ``../shared/tools/fanbench`` pinned to
+CPU 1: its subscribers connect from that separate process over WebSocket (``gateway.v1``
+with a bearer subprotocol) or SSE, and it publishes through ``bench/fanbench_pub.py``,
+the gateway's own producer API (schema validation and the atomic append step).  The
+subscribers receive the real frames (TeamItems on team feeds).
+
+This is a benchmark, not a test: it asserts nothing and prints what it measured.
+Results and commands go in docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import anyio
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+FANBENCH = ROOT.parent / "shared" / "tools" / "fanbench" / "fanbench.py"
+PYTHON = sys.executable
+SECRET = "bench-secret-" + "x" * 32
+TENANT = "bench"
+#: Team ids: fanbench formats {ch} into this (a lowercase UUID per channel).
+CHANNEL_FMT = "00000000-0000-4000-8000-{ch:012d}"
+
+
+@dataclass
+class Scenario:
+    name: str
+    transport: str  # ws | sse
+    subscribers: int
+    channels: int = 1
+    rate: float = 0.0  # 0: as fast as delivery allows (fanbench --window)
+    duration: float = 10.0
+    window: int = 20
+    extra: list[str] = field(default_factory=list)
+    note: str = ""
+
+
+SCENARIOS = [
+    Scenario("ws-1k-max", "ws", 1000, note="target >= 600k/CPU-s"),
+    Scenario("ws-5k-max", "ws", 5000, note="target >= 600k/CPU-s"),
+    Scenario("sse-1k-max", "sse", 1000, note="target >= 400k/CPU-s"),
+    Scenario("sse-5k-max", "sse", 5000, note="target >= 400k/CPU-s"),
+    Scenario("ws-100x10-max", "ws", 1000, channels=100, note="target >= 150k/CPU-s"),
+    Scenario("ws-1000x5-max", "ws", 5000, channels=1000, note="target >= 150k/CPU-s"),
+    Scenario("ws-1k-50eps", "ws", 1000, rate=50, note="target p99 <= 15 ms"),
+    Scenario("ws-1k-200eps", "ws", 1000, rate=200, note="target p99 <= 50 ms"),
+    Scenario("ws-5k-10eps", "ws", 5000, rate=10, note="target p99 <= 75 ms"),
+    Scenario("sse-1k-50eps", "sse", 1000, rate=50, note="SSE latency"),
+    Scenario("ws-1-50eps", "ws", 1, rate=50, duration=5, note="one subscriber: the floor"),
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def token() -> str:
+    from gateway.auth import mint
+
+    return mint(SECRET, tenant=TENANT, subject="bench", ttl_seconds=24 * 3600)
+
+
+def wait_for(check: object, what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if check():  # type: ignore[operator]
+                return
+        except (OSError, httpx.HTTPError):
+            pass
+        time.sleep(0.05)  # polling interval, bounded by the deadline
+    raise RuntimeError(f"{what} did not come up within {timeout}s")
+
+
+class Stack:
+    """Redis and one gateway node, pinned; stopped on exit."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.redis_port = free_port()
+        self.gw_port = free_port()
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    @property
+    def redis_url(self) -> str:
+        return f"redis://127.0.0.1:{self.redis_port}/0"
+
+    def start(self) -> None:
+        redis = subprocess.Popen(
+            ["taskset", "-c", "1", "redis-server", "--port", str(self.redis_port),
+             "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--dir", str(self.workdir), "--logfile", str(self.workdir / "redis.log")],
+        )
+        self.procs.append(redis)
+        self.redis = redis
+        import redis as redis_lib
+
+        client = redis_lib.Redis(port=self.redis_port)
+        wait_for(client.ping, "redis")
+        env = {
+            **os.environ,
+            "GATEWAY_JWT_SECRET": SECRET,
+            "GATEWAY_REDIS_URL": self.redis_url,
+            "GATEWAY_PORT": str(self.gw_port),
+            "GATEWAY_LOG_FORMAT": "json",
+            "GATEWAY_LOG_LEVEL": "warning",
+        }
+        log = open(self.workdir / "gateway.log", "wb")  # noqa: SIM115 - lives with the process
+        gateway = subprocess.Popen(
+            ["taskset", "-c", "0", PYTHON, "-m", "gateway.cli", "serve"],
+            env=env, stdout=log, stderr=subprocess.STDOUT,
+        )
+        self.procs.append(gateway)
+        self.gateway = gateway
+        wait_for(
+            lambda: httpx.get(f"http://127.0.0.1:{self.gw_port}/readyz").status_code == 200,
+            "gateway",
+        )
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGKILL if proc is self.redis else signal.SIGINT)
+                try:
+                    proc.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+
+
+async def create_feeds(redis_url: str, channels: int) -> None:
+    """A feed exists from its first item: publish one per channel before subscribing."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from fanbench_pub import team_event  # type: ignore[import-not-found]
+
+    from gateway.producer import Producer
+
+    producer = Producer.connect(redis_url)
+    try:
+        for ch in range(channels):
+            team = CHANNEL_FMT.format(ch=ch)
+            await producer.publish_team(
+                TENANT, team, {"kind": "team"}, team_event("feed created", 1)
+            )
+    finally:
+        await producer.aclose()
+
+
+def fanbench_args(sc: Scenario, stack: Stack, out: Path) -> list[str]:
+    jwt = token()
+    args = [
+        "taskset", "-c", "1", PYTHON, str(FANBENCH), "--cpu", "1",
+        "--server-pid", str(stack.gateway.pid), "--pid", f"redis={stack.redis.pid}",
+        "-n", str(sc.subscribers), "-c", str(sc.channels), "--channel-fmt", CHANNEL_FMT,
+        "--rate", str(sc.rate), "--window", str(sc.window), "--duration", str(sc.duration),
+        "--payload-bytes", "128", "--pub", f"py:{ROOT / 'bench' / 'fanbench_pub.py'}:make",
+        "--max-wall", "240", "--label", sc.name, "--out", str(out),
+    ]
+    if sc.transport == "ws":
+        args += [
+            "--sub", "ws", "--url", f"ws://127.0.0.1:{stack.gw_port}/v1/ws",
+            "--sub-proto", f"gateway.v1,bearer.{jwt}",
+            "--subscribe-msg", '{"type":"subscribe","feed":"team/{channel}"}',
+        ]
+    else:
+        args += [
+            "--sub", "sse", "--url", f"http://127.0.0.1:{stack.gw_port}/v1/teams/{{channel}}/events",
+            "--ws-header", f"Authorization: Bearer {jwt}",
+        ]
+    return args + sc.extra
+
+
+def run(sc: Scenario, out: Path, keep: bool) -> dict[str, object]:
+    workdir = Path(tempfile.mkdtemp(prefix=f"bench-{sc.name}-"))
+    stack = Stack(workdir)
+    try:
+        stack.start()
+        anyio.run(create_feeds, stack.redis_url, sc.channels)
+        env = {**os.environ, "BENCH_REDIS_URL": stack.redis_url, "BENCH_TENANT": TENANT}
+        before = out.read_text().count("\n") if out.exists() else 0
+        proc = subprocess.run(
+            fanbench_args(sc, stack, out), env=env, capture_output=True, timeout=300, check=False
+        )
+        if proc.returncode != 0:
+            sys.stderr.write(proc.stderr.decode(errors="replace")[-3000:])
+            raise RuntimeError(f"fanbench failed for {sc.name}")
+        lines = out.read_text().splitlines()
+        assert len(lines) > before, "fanbench wrote no result"
+        result: dict[str, object] = json.loads(lines[-1])
+        result["scenario"] = sc.name
+        result["note"] = sc.note
+        return result
+    finally:
+        stack.stop()
+        if not keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def row(r: dict[str, object]) -> str:
+    lat = r.get("latency_ms") or {}
+    rss = r.get("server_rss_per_idle_conn_kb")
+    assert isinstance(lat, dict)
+
+    def num(value: object, fmt: str) -> str:
+        return format(value, fmt) if isinstance(value, int | float) else "-"
+
+    return (
+        f"| {r['scenario']} | {num(r.get('deliveries_per_s'), ',.0f')} "
+        f"| {num(r.get('deliveries_per_server_cpu_s'), ',.0f')} "
+        f"| {num(r.get('server_cpu_util'), '.2f')} "
+        f"| {num(lat.get('p50'), '.1f')} / {num(lat.get('p99'), '.1f')} / "
+        f"{num(lat.get('max'), '.1f')} "
+        f"| {r.get('gaps', '-')} / {r.get('duplicates', '-')} "
+        f"| {num(rss, '.1f')} | {r.get('note', '')} |"
+    )
+
+
+HEADER = (
+    "| scenario | deliveries/s | deliveries/server CPU-s | server CPU | latency ms p50 / p99 / max "
+    "| gaps / dups | RSS KiB per idle conn | target |\n|---|---|---|---|---|---|---|---|"
+)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("scenarios", nargs="*", help="names (default: all)")
+    parser.add_argument("--list", action="store_true")
+    parser.add_argument("--duration", type=float, help="override every scenario's duration")
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results.jsonl"))
+    parser.add_argument("--keep", action="store_true", help="keep logs in /tmp")
+    ns = parser.parse_args()
+    if ns.list:
+        for sc in SCENARIOS:
+            print(f"{sc.name:16} {sc.note}")
+        return 0
+    chosen = [sc for sc in SCENARIOS if not ns.scenarios or sc.name in ns.scenarios]
+    if not chosen:
+        parser.error("no such scenario (see --list)")
+    if not FANBENCH.exists():
+        parser.error(f"fanbench not found at {FANBENCH}")
+    out = Path(ns.out)
+    results = []
+    for sc in chosen:
+        if ns.duration:
+            sc.duration = ns.duration
+        print(f"running {sc.name} ...", file=sys.stderr, flush=True)
+        results.append(run(sc, out, ns.keep))
+        print(row(results[-1]), file=sys.stderr, flush=True)
+    print(HEADER)
+    for r in results:
+        print(row(r))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
