@@ -21,7 +21,7 @@ import structlog
 from gateway.cursor import Cursor
 from gateway.errors import NotFound, Unavailable
 from gateway.fanout.flight import SingleFlight
-from gateway.fanout.subscriber import Format, NodeBudget, Subscription, SubState
+from gateway.fanout.subscriber import Chunk, Format, NodeBudget, Subscription, SubState
 from gateway.feed import FeedKey, FeedKind, FeedState, StoredItem
 from gateway.log.base import Batch, FeedLog
 from gateway.metrics import Metrics
@@ -282,17 +282,19 @@ class Hub:
                 self.metrics.epoch_restarts.inc()
 
     def _deliver(self, channel: Channel, items: list[StoredItem]) -> None:
+        """Offer a batch to every live subscription: encoded once per format, shared."""
         channel.position = items[-1].cursor
-        encoded: dict[str, list[tuple[list[StoredItem], list[bytes], bytes]]] = {}
+        encoded: dict[str, list[Chunk]] = {}
         delivered = 0
+        live = SubState.LIVE
         for sub in channel.subs:
-            if sub.state is not SubState.LIVE:
+            if sub.state is not live:
                 continue
             chunks = encoded.get(sub.fmt.name)
             if chunks is None:
-                chunks = encoded[sub.fmt.name] = self._encode(channel.feed, sub, items)
-            for chunk_items, frames, joined in chunks:
-                if not sub.offer(chunk_items, frames, joined):
+                chunks = encoded[sub.fmt.name] = self._encode(channel.feed, sub.fmt, items)
+            for chunk in chunks:
+                if not sub.offer(chunk):
                     sub.overflow()
                     self.metrics.slow_consumer_actions.labels(action="catch_up").inc()
                     break
@@ -301,27 +303,20 @@ class Hub:
         self.metrics.items_read.inc(len(items))
         self.metrics.fanout_offers.inc(delivered)
 
-    def _encode(
-        self, feed: FeedKey, sub: Subscription, items: list[StoredItem]
-    ) -> list[tuple[list[StoredItem], list[bytes], bytes]]:
+    def _encode(self, feed: FeedKey, fmt: Format, items: list[StoredItem]) -> list[Chunk]:
         """Encode a batch once, in chunks of at most ``offer_chunk_bytes`` (whole frames).
 
         Chunks keep every write within a connection's byte bound: a connection that
         takes everything at once gets the chunks back to back.
         """
-        frames = [sub.fmt.frame(feed, item) for item in items]
+        frames = [fmt.frame(feed, item) for item in items]
         limit = self.offer_chunk_bytes
-        chunks: list[tuple[list[StoredItem], list[bytes], bytes]] = []
+        chunks: list[Chunk] = []
         start = size = 0
         for index, frame in enumerate(frames):
             if size and size + len(frame) > limit:
-                chunks.append(
-                    (items[start:index], frames[start:index], b"".join(frames[start:index]))
-                )
+                chunks.append(Chunk(items[start:index], frames[start:index]))
                 start, size = index, 0
             size += len(frame)
-        if start == 0:
-            chunks.append((items, frames, b"".join(frames)))
-        else:
-            chunks.append((items[start:], frames[start:], b"".join(frames[start:])))
+        chunks.append(Chunk(items[start:], frames[start:]) if start else Chunk(items, frames))
         return chunks

@@ -12,6 +12,7 @@ connection task catches up from the log by its own cursor; nobody else waits.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 from collections.abc import Callable, Sequence
 from typing import Protocol
@@ -25,9 +26,11 @@ from gateway.feed import FeedKey, StoredItem
 class Transport(Protocol):
     """What an outbox needs of a connection (``http.server.Stream`` provides it)."""
 
-    def write_nowait(self, data: bytes) -> None: ...
+    @property
+    def transport(self) -> asyncio.Transport | None: ...
 
-    def buffered(self) -> int: ...
+    @property
+    def chunked(self) -> bool: ...
 
 
 class NodeBudget:
@@ -55,17 +58,29 @@ class NodeBudget:
 
 
 class Outbox:
-    """One connection's outbound byte bound; shared by the connection's subscriptions."""
+    """One connection's outbound byte bound; shared by the connection's subscriptions.
 
-    __slots__ = ("_budget", "_transport", "counted", "max_bytes", "wrote")
+    It writes straight to the asyncio transport (the hot path of fan-out: one write per
+    connection per batch), framing HTTP/1.1 chunks itself for SSE.
+    """
 
-    def __init__(self, transport: Transport, max_bytes: int, budget: NodeBudget) -> None:
+    __slots__ = ("_budget", "_chunked", "_transport", "counted", "max_bytes", "wrote")
+
+    def __init__(self, stream: Transport, max_bytes: int, budget: NodeBudget) -> None:
+        transport = stream.transport
+        if transport is None:
+            raise anyio.BrokenResourceError
         self._transport = transport
+        self._chunked = stream.chunked
         self._budget = budget
         self.max_bytes = max_bytes
         self.counted = 0
         #: Set by every write; the keepalive ticker clears it.
         self.wrote = False
+
+    def buffered(self) -> int:
+        """Bytes written to this connection that the kernel has not taken yet."""
+        return self._transport.get_write_buffer_size()
 
     def try_write(self, data: bytes) -> bool:
         """Write now, or refuse (False) if that would pass a bound.  Never blocks.
@@ -75,16 +90,23 @@ class Outbox:
         them), so a connection never holds more than ``max_bytes`` plus one item
         larger than that.
         """
-        buffered = self._transport.buffered()
+        transport = self._transport
+        buffered = transport.get_write_buffer_size()
         if buffered and (buffered + len(data) > self.max_bytes or self._budget.over()):
             return False
-        self._transport.write_nowait(data)
+        if transport.is_closing():
+            return True  # the connection is going; its task ends with it
+        if self._chunked:
+            transport.writelines((b"%x\r\n" % len(data), data, b"\r\n"))
+        else:
+            transport.write(data)
         self.wrote = True
-        self.recount()
+        if self.counted or transport.get_write_buffer_size():
+            self.recount()
         return True
 
     def recount(self) -> None:
-        now = self._transport.buffered()
+        now = self._transport.get_write_buffer_size()
         budget = self._budget
         budget.total += now - self.counted
         self.counted = now
@@ -98,6 +120,20 @@ class Outbox:
         self._budget.total -= self.counted
         self.counted = 0
         self._budget._holding.discard(self)
+
+
+class Chunk:
+    """Consecutive items of one feed encoded in one format, shared by every subscriber."""
+
+    __slots__ = ("epoch", "first", "frames", "items", "joined", "last")
+
+    def __init__(self, items: Sequence[StoredItem], frames: Sequence[bytes]) -> None:
+        self.items = items
+        self.frames = frames
+        self.joined = frames[0] if len(frames) == 1 else b"".join(frames)
+        self.epoch = items[0].epoch
+        self.first = items[0].offset
+        self.last = items[-1].cursor
 
 
 class SubState(enum.Enum):
@@ -150,18 +186,17 @@ class Subscription:
         self.head = start
         self._ready = anyio.Event()
 
-    def offer(self, items: Sequence[StoredItem], frames: Sequence[bytes], joined: bytes) -> bool:
-        """Write the frames of items after :attr:`position` (same epoch) at once.
+    def offer(self, chunk: Chunk) -> bool:
+        """Write the frames of the chunk's items after :attr:`position` at once.
 
-        ``joined`` is all ``frames`` concatenated (shared by every subscriber that needs
-        the whole batch).  Returns False, writing nothing, when the outbox refuses; the
-        caller must then take the subscription off the live path (:meth:`overflow`).
+        Returns False, writing nothing, when the outbox refuses; the caller must then
+        take the subscription off the live path (:meth:`overflow`).
         """
         pos = self.position
-        first = items[0]
-        if first.epoch == pos.epoch and first.offset == pos.offset + 1:
-            data = joined  # the common case: exactly the next items
+        if chunk.epoch == pos.epoch and chunk.first == pos.offset + 1:
+            data = chunk.joined  # the common case: exactly the next items, shared bytes
         else:
+            items = chunk.items
             start = 0
             n = len(items)
             while start < n and (
@@ -170,11 +205,11 @@ class Subscription:
                 start += 1
             if start == n:
                 return True
-            data = b"".join(frames[start:])
+            data = b"".join(chunk.frames[start:])
         outbox = self.outbox
         if outbox is None or not outbox.try_write(data):
             return False
-        self.position = items[-1].cursor
+        self.position = chunk.last
         return True
 
     def _signal(self) -> None:

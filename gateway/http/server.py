@@ -85,6 +85,16 @@ class Stream:
         transport = self._conn.transport
         return 0 if transport is None else transport.get_write_buffer_size()
 
+    @property
+    def transport(self) -> asyncio.Transport | None:
+        """The connection's transport (None once the connection is lost)."""
+        return self._conn.transport
+
+    @property
+    def chunked(self) -> bool:
+        """Whether writes are framed as HTTP/1.1 chunks."""
+        return self._chunked
+
     def abort(self) -> None:
         """Drop the connection at once (a dead or hostile peer)."""
         transport = self._conn.transport

@@ -85,7 +85,7 @@ def slow_sub_buffered(node: Gateway) -> int:
     for channel in node.hub.channels.values():
         for sub in channel.subs:
             if sub.state is not SubState.LIVE and sub.outbox is not None:
-                total = max(total, sub.outbox._transport.buffered())
+                total = max(total, sub.outbox.buffered())
     return total
 
 
