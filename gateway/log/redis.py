@@ -226,8 +226,13 @@ class RedisLog(FeedLog):
         if len(self._pending_resets) > 10_000:  # reset feeds nobody here follows
             self._pending_resets.clear()
         if self._suspect:
-            resets.update(await self.verify(positions))
+            # Cleared first: a server change during the verify is verified next time.
             self._suspect = False
+            try:
+                resets.update(await self.verify(positions))
+            except BaseException:
+                self._suspect = True
+                raise
         if resets:
             return resets
         names: dict[bytes, FeedKey] = {}
