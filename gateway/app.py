@@ -185,6 +185,7 @@ async def running(
         server = HttpServer(routes, tg, max_body=settings.max_body_bytes, observe=observe)
         hub.last_progress = anyio.current_time()
         tg.start_soon(hub.run)
+        tg.start_soon(routes.websocket.keepalive.run)
         if inbox is not None:
             inbox.last_progress = anyio.current_time()
             tg.start_soon(inbox.run)

@@ -229,6 +229,12 @@ class Subscription:
         self.state = SubState.CLOSED
         self._signal()
 
+    async def changed(self) -> None:
+        """Wait for a state change (no timeout)."""
+        if self.state is SubState.LIVE:
+            await self._ready.wait()
+            self._ready = anyio.Event()
+
     async def wait(self, idle: float) -> bool:
         """Wait up to ``idle`` seconds for a state change; False if none came."""
         if self.state is not SubState.LIVE:

@@ -366,6 +366,8 @@ class HttpConnection(asyncio.Protocol):
         trailing, _ = self._h11.trailing_data
         self._on_data = on_data
         self._on_eof = on_eof
+        self._request = None
+        self._body = bytearray()
         return bytes(trailing), Stream(self, chunked=False)
 
     async def drain(self) -> None:

@@ -114,9 +114,11 @@ class Session:
         self._tg: anyio.abc.TaskGroup | None = None
         self._closing = False
         self._closed = anyio.Event()
-        self._pong = anyio.Event()
         self._ping_payload = b""
-        self._refreshed = anyio.Event()
+        #: Monotonic time the outstanding ping was sent (None: none outstanding).
+        self._ping_sent: float | None = None
+        self._next_ping = anyio.current_time() + settings.ws_ping_interval
+        self._close_deadline: float | None = None
         self.close_code: int | None = None
 
     # -- bytes in ----------------------------------------------------------------
@@ -138,8 +140,9 @@ class Session:
             elif event.opcode is Opcode.BINARY:
                 self._bad(InvalidRequest("binary frames are not part of gateway.v1"))
             elif event.opcode is Opcode.PONG:
-                if event.data == self._ping_payload:
-                    self._pong.set()
+                if self._ping_sent is not None and event.data == self._ping_payload:
+                    self._ping_sent = None
+                    self._next_ping = anyio.current_time() + self.settings.ws_ping_interval
             elif event.opcode is Opcode.CLOSE:
                 self._end_subscriptions()
         self._flush()
@@ -261,7 +264,7 @@ class Session:
                     self.close(CloseCode.TOO_SLOW, "too slow: resume from your last cursors")
                     return
             if sub.state is SubState.LIVE:
-                await sub.wait(3600.0)
+                await sub.changed()
                 continue
             if sub.state is SubState.RESTARTED:
                 assert sub.restart_at is not None
@@ -311,7 +314,6 @@ class Session:
             self._send(ws.error(str(ErrorCode.UNAUTHENTICATED), "token lacks the subscribe scope"))
             return
         self.principal = fresh
-        self._refreshed.set()
         for name in list(self._scopes):
             try:
                 feed_key(fresh, name)
@@ -319,39 +321,29 @@ class Session:
                 self._unsubscribe(name)
                 self._send(ws.error(str(ErrorCode.NOT_FOUND), "no such feed", name))
 
-    async def _watch_expiry(self) -> None:
-        while True:
-            left = self.principal.expires_at - _wall_clock()
-            if left <= 0:
-                self.close(CloseCode.UNAUTHENTICATED, "token expired")
-                return
-            self._refreshed = anyio.Event()
-            with anyio.move_on_after(left):
-                await self._refreshed.wait()
-
-    # -- keepalive -----------------------------------------------------------------
-
-    async def _pinger(self) -> None:
-        interval = self.settings.ws_ping_interval
-        timeout = self.settings.ws_ping_timeout
-        while True:
-            await anyio.sleep(interval)
-            if self.protocol.state is not State.OPEN:
-                return
-            self._pong = anyio.Event()
-            self._ping_payload = os.urandom(4)
-            self.protocol.send_ping(self._ping_payload)
-            self._flush()
-            with anyio.move_on_after(timeout):
-                await self._pong.wait()
-            if not self._pong.is_set():
-                log.info("ping timeout: closing", timeout=timeout)
+    def tick(self, now: float, wall: float) -> None:
+        """Timers, driven by the node's one :class:`Keepalive` task: token expiry,
+        pings and their timeout, and the close handshake's timeout."""
+        if self._close_deadline is not None:
+            if now >= self._close_deadline:
+                self._finish()
+            return
+        if wall >= self.principal.expires_at:
+            self.close(CloseCode.UNAUTHENTICATED, "token expired")
+            return
+        if self._ping_sent is not None:
+            if now - self._ping_sent > self.settings.ws_ping_timeout:
+                log.info("ping timeout: closing", timeout=self.settings.ws_ping_timeout)
                 # A peer that does not answer may not read either: do not wait on it.
                 self.close_code = 1011
                 self._end_subscriptions()
                 self.stream.abort()
                 self._finish()
-                return
+        elif now >= self._next_ping and self.protocol.state is State.OPEN:
+            self._ping_payload = os.urandom(4)
+            self._ping_sent = now
+            self.protocol.send_ping(self._ping_payload)
+            self._flush()
 
     # -- closing -------------------------------------------------------------------
 
@@ -366,13 +358,8 @@ class Session:
         if self.protocol.state is State.OPEN:
             self.protocol.send_close(code, reason)
             self._flush()
-        assert self._tg is not None
-        self._tg.start_soon(self._close_after_timeout)
-
-    async def _close_after_timeout(self) -> None:
-        with anyio.move_on_after(CLOSE_TIMEOUT):
-            await self._closed.wait()
-        self._finish()
+        # The client's close frame ends it sooner (see _process).
+        self._close_deadline = anyio.current_time() + CLOSE_TIMEOUT
 
     def _finish(self) -> None:
         if not self._closed.is_set():
@@ -384,8 +371,6 @@ class Session:
         try:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
-                tg.start_soon(self._pinger)
-                tg.start_soon(self._watch_expiry)
                 if trailing:
                     self.on_data(trailing)
                 await self._closed.wait()
@@ -407,12 +392,27 @@ class Session:
 
     def shutdown(self, code: int = CloseCode.SERVICE_RESTART) -> None:
         """Drain: close with 1012 so the client reconnects elsewhere and resumes."""
-        if self._tg is not None:
-            self.close(code, "service restart: reconnect and resume")
+        self.close(code, "service restart: reconnect and resume")
 
 
-def _wall_clock() -> float:
-    return time.time()
+class Keepalive:
+    """One task per node for every socket's timers (a task per socket costs memory).
+
+    It ticks every ``tick`` seconds (at most one second), so pings go out within a
+    tick of their interval, a missing pong is noticed within a tick of its timeout,
+    and an expired token closes the socket within a tick of ``exp``.
+    """
+
+    def __init__(self, sessions: set[Session], interval: float, timeout: float) -> None:
+        self.sessions = sessions
+        self.tick = min(1.0, interval / 4, timeout / 4)
+
+    async def run(self) -> None:
+        while True:
+            await anyio.sleep(self.tick)
+            now, wall = anyio.current_time(), time.time()
+            for session in list(self.sessions):
+                session.tick(now, wall)
 
 
 class WebSocketRoute:
@@ -432,6 +432,8 @@ class WebSocketRoute:
         self.metrics = metrics
         self.sessions = sessions
         self.origins = [o.strip() for o in settings.ws_origins.split(",") if o.strip()]
+        #: Run :meth:`Keepalive.run` in the node's task group.
+        self.keepalive = Keepalive(sessions, settings.ws_ping_interval, settings.ws_ping_timeout)
 
     def _principal(self, request: Request, offered: list[str]) -> Principal:
         header = request.headers.get("authorization")
@@ -492,6 +494,9 @@ class WebSocketRoute:
 
         trailing, stream = responder.take_over(on_data, on_eof)
         stream.write_nowait(response.serialize())
+        # Idle sockets are many: keep nothing of the handshake alive.
+        del handshake, headers, response
+        request.headers.clear()
         session = Session(
             hub=self.hub,
             authenticator=self.auth,
