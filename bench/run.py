@@ -54,6 +54,8 @@ class Scenario:
     window: int = 20
     extra: list[str] = field(default_factory=list)
     note: str = ""
+    #: Subscribers (of the first feed) that subscribe and then never read.
+    stalled: int = 0
 
 
 SCENARIOS = [
@@ -66,6 +68,14 @@ SCENARIOS = [
     Scenario("ws-1k-50eps", "ws", 1000, rate=50, note="target p99 <= 15 ms"),
     Scenario("ws-1k-200eps", "ws", 1000, rate=200, note="target p99 <= 50 ms"),
     Scenario("ws-5k-10eps", "ws", 5000, rate=10, note="target p99 <= 75 ms"),
+    Scenario(
+        "ws-1k-200eps-20stalled",
+        "ws",
+        1000,
+        rate=200,
+        stalled=20,
+        note="20 of 1000 stop reading: p99 within 1.2x of ws-1k-200eps",
+    ),
     Scenario("sse-1k-50eps", "sse", 1000, rate=50, note="SSE latency"),
     Scenario("ws-1-50eps", "ws", 1, rate=50, duration=5, note="one subscriber: the floor"),
 ]
@@ -144,7 +154,13 @@ class Stack:
     def stop(self) -> None:
         for proc in reversed(self.procs):
             if proc.poll() is None:
-                proc.send_signal(signal.SIGKILL if proc is self.redis else signal.SIGINT)
+                proc.send_signal(
+                    signal.SIGKILL
+                    if proc is self.redis
+                    else signal.SIGINT
+                    if proc is self.gateway
+                    else signal.SIGTERM
+                )
                 try:
                     proc.wait(timeout=15)
                 except subprocess.TimeoutExpired:
@@ -170,12 +186,26 @@ async def create_feeds(redis_url: str, channels: int) -> None:
         await producer.aclose()
 
 
+def scrape(port: int) -> dict[str, float]:
+    """The gateway's own counters after the run (slow-consumer actions, buffered bytes)."""
+    wanted = ("gateway_slow_consumer_actions_total", "gateway_buffered_bytes",
+              "gateway_items_read_total", "gateway_disconnects_total")
+    out: dict[str, float] = {}
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+    for line in text.splitlines():
+        if line.startswith(wanted):
+            name, _, value = line.rpartition(" ")
+            out[name] = float(value)
+    return out
+
+
 def fanbench_args(sc: Scenario, stack: Stack, out: Path) -> list[str]:
     jwt = token()
     args = [
         "taskset", "-c", "1", PYTHON, str(FANBENCH), "--cpu", "1",
         "--server-pid", str(stack.gateway.pid), "--pid", f"redis={stack.redis.pid}",
-        "-n", str(sc.subscribers), "-c", str(sc.channels), "--channel-fmt", CHANNEL_FMT,
+        "-n", str(sc.subscribers - sc.stalled), "-c", str(sc.channels),
+        "--channel-fmt", CHANNEL_FMT,
         "--rate", str(sc.rate), "--window", str(sc.window), "--duration", str(sc.duration),
         "--payload-bytes", "128", "--pub", f"py:{ROOT / 'bench' / 'fanbench_pub.py'}:make",
         "--max-wall", "240", "--label", sc.name, "--out", str(out),
@@ -202,6 +232,17 @@ def run(sc: Scenario, out: Path, keep: bool) -> dict[str, object]:
         anyio.run(create_feeds, stack.redis_url, sc.channels)
         env = {**os.environ, "BENCH_REDIS_URL": stack.redis_url, "BENCH_TENANT": TENANT}
         before = out.read_text().count("\n") if out.exists() else 0
+        if sc.stalled:
+            stalled = subprocess.Popen(
+                ["taskset", "-c", "1", PYTHON, str(ROOT / "bench" / "stalled.py"),
+                 "--url", f"ws://127.0.0.1:{stack.gw_port}/v1/ws", "--token", token(),
+                 "--feed", "team/" + CHANNEL_FMT.format(ch=0), "-n", str(sc.stalled)],
+                stdout=subprocess.PIPE,
+            )
+            stack.procs.append(stalled)
+            assert stalled.stdout is not None
+            if stalled.stdout.readline().strip() != b"ready":
+                raise RuntimeError("stalled subscribers did not connect")
         proc = subprocess.run(
             fanbench_args(sc, stack, out), env=env, capture_output=True, timeout=300, check=False
         )
@@ -213,6 +254,7 @@ def run(sc: Scenario, out: Path, keep: bool) -> dict[str, object]:
         result: dict[str, object] = json.loads(lines[-1])
         result["scenario"] = sc.name
         result["note"] = sc.note
+        result["gateway_metrics"] = scrape(stack.gw_port)
         return result
     finally:
         stack.stop()
@@ -222,12 +264,13 @@ def run(sc: Scenario, out: Path, keep: bool) -> dict[str, object]:
 
 def row(r: dict[str, object]) -> str:
     lat = r.get("latency_ms") or {}
-    rss = r.get("server_rss_per_idle_conn_kb")
     assert isinstance(lat, dict)
 
     def num(value: object, fmt: str) -> str:
         return format(value, fmt) if isinstance(value, int | float) else "-"
 
+    rss = r.get("server_rss_mb") or {}
+    assert isinstance(rss, dict)
     return (
         f"| {r['scenario']} | {num(r.get('deliveries_per_s'), ',.0f')} "
         f"| {num(r.get('deliveries_per_server_cpu_s'), ',.0f')} "
@@ -235,13 +278,16 @@ def row(r: dict[str, object]) -> str:
         f"| {num(lat.get('p50'), '.1f')} / {num(lat.get('p99'), '.1f')} / "
         f"{num(lat.get('max'), '.1f')} "
         f"| {r.get('gaps', '-')} / {r.get('duplicates', '-')} "
-        f"| {num(rss, '.1f')} | {r.get('note', '')} |"
+        f"| {num(r.get('server_rss_per_idle_conn_kb'), '.1f')} "
+        f"| {num(rss.get('connected_idle'), '.0f')} / {num(rss.get('peak'), '.0f')} "
+        f"| {r.get('note', '')} |"
     )
 
 
 HEADER = (
     "| scenario | deliveries/s | deliveries/server CPU-s | server CPU | latency ms p50 / p99 / max "
-    "| gaps / dups | RSS KiB per idle conn | target |\n|---|---|---|---|---|---|---|---|"
+    "| gaps / dups | RSS KiB per idle conn | RSS MB idle / peak | target |\n"
+    "|---|---|---|---|---|---|---|---|---|"
 )
 
 

@@ -28,7 +28,7 @@ from websockets.typing import Subprotocol
 
 from gateway.auth import Authenticator, Principal
 from gateway.config import Settings
-from gateway.cursor import parse_cursor
+from gateway.cursor import Cursor, parse_cursor
 from gateway.errors import (
     CloseCode,
     ErrorCode,
@@ -223,13 +223,13 @@ class Session:
             scope.cancel()
 
     async def _follow(
-        self, name: str, key: FeedKey, cursor: object, scope: anyio.CancelScope
+        self, name: str, key: FeedKey, cursor: Cursor | None, scope: anyio.CancelScope
     ) -> None:
         sub: Subscription | None = None
         with scope:
             try:
                 try:
-                    sub = await self.hub.open(key, cursor, TEAM_WS)  # type: ignore[arg-type]
+                    sub = await self.hub.open(key, cursor, TEAM_WS)
                 except GatewayError as exc:
                     if not scope.cancel_called:  # not replaced or unsubscribed meanwhile
                         message = "no such feed" if isinstance(exc, NotFound) else exc.message

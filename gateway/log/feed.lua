@@ -2,8 +2,11 @@
 --
 -- KEYS: 1 meta hash, 2 stream, 3 idempotency-key hash (one hash slot: same {tag}).
 -- ARGV: 1 mode ("append" | "check"), 2 retention, 3 known epoch (0: none),
---       4 known offset, 5 known chain, 6 item count n,
+--       4 known offset, 5 known chain, 6 item count n, 7 change channel,
 --       then per item: key ("" for none), data, host-opening flag ("1"/"0").
+--
+-- After appending, the stream's key is PUBLISHed on the change channel, so that
+-- every node's reader learns which feeds moved without polling them all.
 --
 -- Stream entry ids are "<epoch>-<offset>", so a cursor is an entry id and entries of
 -- a newer epoch sort after every entry of an older one.  Entry fields: d (data),
@@ -18,6 +21,7 @@ local mode = ARGV[1]
 local retention = tonumber(ARGV[2])
 local kepoch, koff, kchain = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local n = tonumber(ARGV[6])
+local channel = ARGV[7]
 
 local function fmt(x) return string.format('%d', x) end
 
@@ -94,7 +98,7 @@ local offsets, new, seen = {}, {}, {}
 local next_off = head or 0
 if reason ~= '' then next_off = 0 end
 for i = 0, n - 1 do
-  local key, data = ARGV[7 + i * 3], ARGV[8 + i * 3]
+  local key, data = ARGV[8 + i * 3], ARGV[9 + i * 3]
   local off = nil
   if key ~= '' then
     local prior = seen[key]
@@ -124,7 +128,7 @@ end
 if reason ~= '' then new_epoch() end
 
 for _, i in ipairs(new) do
-  local key, data, hostflag = ARGV[7 + i * 3], ARGV[8 + i * 3], ARGV[9 + i * 3]
+  local key, data, hostflag = ARGV[8 + i * 3], ARGV[9 + i * 3], ARGV[10 + i * 3]
   head = head + 1
   chain = redis.sha1hex(chain .. data)
   redis.call('XADD', S, fmt(epoch) .. '-' .. fmt(head), 'd', data, 'c', chain, 'k', key)
@@ -134,7 +138,10 @@ for _, i in ipairs(new) do
     redis.call('HSET', M, 'host', host)
   end
 end
-if #new > 0 then redis.call('HSET', M, 'head', fmt(head), 'chain', chain) end
+if #new > 0 then
+  redis.call('HSET', M, 'head', fmt(head), 'chain', chain)
+  redis.call('PUBLISH', channel, S)
+end
 
 -- Retention: at most 1000 entries per call, so the step stays short; later appends
 -- trim the rest when the limit was lowered.

@@ -7,7 +7,8 @@ they live in one Redis Cluster slot):
 - ``<prefix>:<tag>:s``: stream; entry id ``<epoch>-<offset>``, fields ``d`` (data),
   ``c`` (chain value after the item), ``k`` (idempotency key)
 - ``<prefix>:<tag>:i``: hash idempotency key -> offset, for retained items only
-- ``<prefix>:node:<node>:wake``: a tiny stream this node's blocked read also waits on
+- ``<prefix>:changes``: a pub/sub channel; the append step publishes each moved stream key
+- ``<prefix>:node:<node>:wake``: a pub/sub channel that wakes this node's reader
 
 Appending and rollback checks are one Lua step (``feed.lua`` beside this file).
 Every ``redis.exceptions`` error is translated to :class:`~gateway.errors.Unavailable`
@@ -88,8 +89,15 @@ class RedisLog(FeedLog):
         self._prefix = prefix
         self._script = self._redis.register_script(_SCRIPT)
         self.node_id = node_id or f"{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-        self._wake_key = f"{prefix}:node:{self.node_id}:wake".encode()
-        self._wake_id = b"0-0"
+        # Change notifications: the append step publishes each moved stream's key here.
+        self._changes = f"{prefix}:changes".encode()
+        self._wake = f"{prefix}:node:{self.node_id}:wake".encode()
+        self._pubsub: Any = None
+        #: Feeds the previous read followed, and their stream keys (cached).
+        self._followed: set[FeedKey] = set()
+        self._stream_keys: dict[FeedKey, bytes] = {}
+        self._feeds_by_key: dict[bytes, FeedKey] = {}
+        self._last_sweep = 0.0
         # Set when the node reaches a different Redis server process (a restart, a
         # failover) or a command failed: the next read verifies what this node follows.
         self._suspect = False
@@ -141,7 +149,9 @@ class RedisLog(FeedLog):
 
     async def _run(self, feed: FeedKey, mode: str, retention: int, items: Sequence[NewItem]) -> Any:
         known_epoch, known_offset, known_chain = split_known(self.known(feed))
-        args: list[Any] = [mode, retention, known_epoch, known_offset, known_chain, len(items)]
+        args: list[Any] = [
+            mode, retention, known_epoch, known_offset, known_chain, len(items), self._changes
+        ]
         for item in items:
             args += [item.key or "", item.data, "1" if item.host_opening else "0"]
         with self._io(mode):
@@ -215,9 +225,27 @@ class RedisLog(FeedLog):
                 known = self.known(feed)
         return True
 
+    #: Seconds between reads of every followed feed, whatever the notifications say:
+    #: a safety net for a notification lost in a reconnect.
+    SWEEP_SECONDS = 5.0
+
+    def _stream_key(self, feed: FeedKey) -> bytes:
+        key = self._stream_keys.get(feed)
+        if key is None:
+            key = self._stream_keys[feed] = self.keys(feed)[1].encode()
+            self._feeds_by_key[key] = feed
+        return key
+
     async def read_new(
         self, positions: Mapping[FeedKey, Cursor], *, count: int, block_ms: int
     ) -> dict[FeedKey, Batch]:
+        """Wait for change notifications, then read only the feeds that moved.
+
+        Every append publishes its stream's key on ``<prefix>:changes``; this node
+        listens there (one connection, whatever the number of feeds) and reads with one
+        non-blocking ``XREAD`` just the followed feeds that were named, plus feeds new
+        to it, plus every followed feed on a periodic sweep and after a reconnect.
+        """
         resets = {
             feed: Batch([], reset=self._pending_resets.pop(feed))
             for feed in list(self._pending_resets)
@@ -235,29 +263,80 @@ class RedisLog(FeedLog):
                 raise
         if resets:
             return resets
-        names: dict[bytes, FeedKey] = {}
-        streams: dict[bytes, bytes] = {}
-        for feed, pos in positions.items():
-            key = self.keys(feed)[1].encode()
-            names[key] = feed
-            streams[key] = b"%d-%d" % (pos.epoch, pos.offset)
-        streams[self._wake_key] = self._wake_id
-        # A blocked read that never returns (a paused Redis) must not hang the node.
         with self._io("read_new"):
-            with anyio.fail_after(block_ms / 1000 + 10):
-                reply = await self._redis.xread(streams, count=count, block=block_ms)
+            todo = await self._moved(positions, block_ms)
+        if len(self._stream_keys) > 2 * len(positions) + 1000:
+            self._forget_keys(positions)
+        if not todo:
+            return {}
+        streams: dict[bytes, bytes] = {}
+        for feed in todo:
+            pos = positions[feed]
+            streams[self._stream_key(feed)] = b"%d-%d" % (pos.epoch, pos.offset)
+        with self._io("read_new"), anyio.fail_after(10):
+            reply = await self._redis.xread(streams, count=count)
         out: dict[FeedKey, Batch] = {}
         for key, entries in reply or ():
-            if key == self._wake_key:
-                self._wake_id = entries[-1][0]
-                continue
-            feed = names[key]
+            feed = self._feeds_by_key[key]
             items = [_item(entry_id, fields) for entry_id, fields in entries]
             if self._continues(feed, items):
                 out[feed] = Batch(items)
             else:
                 out[feed] = Batch([], reset=await self._rebase(feed))
         return out
+
+    async def _moved(self, positions: Mapping[FeedKey, Cursor], block_ms: int) -> set[FeedKey]:
+        """The followed feeds to read now (waiting up to ``block_ms`` for news)."""
+        now = anyio.current_time()
+        sweep = self._pubsub is None or now - self._last_sweep >= self.SWEEP_SECONDS
+        if self._pubsub is None:
+            pubsub = self._redis.pubsub()
+            try:
+                await pubsub.subscribe(self._changes, self._wake)
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()
+                raise
+            self._pubsub = pubsub
+        followed = set(positions)
+        todo = followed if sweep else followed - self._followed
+        self._followed = followed
+        if sweep:
+            self._last_sweep = now
+            return set(todo)
+        todo = set(todo)
+        deadline = now + block_ms / 1000
+        try:
+            # Wait (unless there is work already) for a change of a followed feed or a
+            # wake; notes about other feeds and subscribe confirmations do not count.
+            while True:
+                timeout = 0.0 if todo else max(0.0, deadline - anyio.current_time())
+                message = await self._pubsub.get_message(
+                    ignore_subscribe_messages=True, timeout=timeout
+                )
+                if message is None:
+                    if todo or anyio.current_time() >= deadline:
+                        break
+                    continue
+                if message.get("channel") == self._wake:
+                    break
+                feed = self._feeds_by_key.get(message.get("data"))
+                if feed is not None and feed in followed:
+                    todo.add(feed)
+                if len(todo) >= len(followed):
+                    break
+        except BaseException:
+            # The listening connection failed (or we were cancelled mid-read): start
+            # over with a fresh one and a full sweep.
+            pubsub, self._pubsub = self._pubsub, None
+            with contextlib.suppress(Exception):
+                await pubsub.aclose()
+            raise
+        return todo
+
+    def _forget_keys(self, positions: Mapping[FeedKey, Cursor]) -> None:
+        self._stream_keys = {f: k for f, k in self._stream_keys.items() if f in positions}
+        self._feeds_by_key = {k: f for f, k in self._stream_keys.items()}
 
     async def _rebase(self, feed: FeedKey) -> FeedState | None:
         reply = await self._run(feed, "check", 1, ())
@@ -282,16 +361,16 @@ class RedisLog(FeedLog):
 
     async def wake(self) -> None:
         with self._io("wake"):
-            async with self._redis.pipeline(transaction=False) as pipe:
-                pipe.xadd(self._wake_key, {b"w": b"1"}, maxlen=10, approximate=True)
-                pipe.expire(self._wake_key, 3600)
-                await pipe.execute()
+            await self._redis.publish(self._wake, b"1")
 
     async def ping(self) -> None:
         with self._io("ping"):
             await self._redis.ping()
 
     async def aclose(self) -> None:
+        with contextlib.suppress(Exception):
+            if self._pubsub is not None:
+                await self._pubsub.aclose()
         with contextlib.suppress(Exception):
             await self._redis.aclose()
 

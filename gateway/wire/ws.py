@@ -65,10 +65,12 @@ def decode_client(text: str | bytes) -> ClientMessage:
     if not isinstance(kind, str) or kind not in _KINDS:
         raise MessageError("type: must be subscribe, unsubscribe or auth", feed)
     struct, required, allowed = _KINDS[kind]
-    for name in sorted(value.keys() - allowed):
-        raise MessageError(f"{name}: unknown field for {kind}", feed)
-    for name in sorted(required - value.keys()):
-        raise MessageError(f"{name}: required for {kind}", feed)
+    unknown = sorted(value.keys() - allowed)
+    if unknown:
+        raise MessageError(f"{unknown[0]}: unknown field for {kind}", feed)
+    missing = sorted(required - value.keys())
+    if missing:
+        raise MessageError(f"{missing[0]}: required for {kind}", feed)
     fields = {k: v for k, v in value.items() if k != "type"}
     for name, field in fields.items():
         if name == "after" and field is None:
