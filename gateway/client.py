@@ -246,6 +246,8 @@ class FeedClient:
                             return
                         async for sse in source.aiter_sse() if status == 200 else _nothing():
                             attempt = 0
+                            if not sse.data:
+                                continue  # not an event (some decoders yield these)
                             data = json.loads(sse.data)
                             if data.get("kind") == "epoch_restarted":
                                 self.cursors[feed] = sse.id

@@ -12,7 +12,7 @@ history and live; items the subscription already has are filtered by offset).
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 import anyio
@@ -56,6 +56,27 @@ class Channel:
         self.subs: set[Subscription] = set()
 
 
+class _Positions(Mapping[FeedKey, Cursor]):
+    """The channels' positions as a read-only mapping, without copying them."""
+
+    __slots__ = ("_channels",)
+
+    def __init__(self, channels: dict[FeedKey, Channel]) -> None:
+        self._channels = channels
+
+    def __getitem__(self, feed: FeedKey) -> Cursor:
+        return self._channels[feed].position
+
+    def __contains__(self, feed: object) -> bool:
+        return feed in self._channels
+
+    def __iter__(self) -> Iterator[FeedKey]:
+        return iter(self._channels)
+
+    def __len__(self) -> int:
+        return len(self._channels)
+
+
 class Hub:
     """Fan-out for one node.  Run :meth:`run` in the node's task group."""
 
@@ -84,6 +105,8 @@ class Hub:
         self.channels: dict[FeedKey, Channel] = {}
         self._changed = anyio.Event()
         self._idle = anyio.Event()
+        #: A live view of every channel's position (no copy per read).
+        self._positions = _Positions(self.channels)
         # Joining clients share state reads and history pages (single flight).
         self._states: SingleFlight[FeedState | None] = SingleFlight()
         self._pages: SingleFlight[list[StoredItem]] = SingleFlight()
@@ -237,10 +260,9 @@ class Hub:
                 with anyio.move_on_after(self.read_block_ms / 1000):
                     await self._changed.wait()
                 continue
-            positions = {feed: ch.position for feed, ch in self.channels.items()}
             try:
                 batches = await self.log.read_new(
-                    positions, count=self.read_batch, block_ms=self.read_block_ms
+                    self._positions, count=self.read_batch, block_ms=self.read_block_ms
                 )
             except Unavailable as exc:
                 self.metrics.redis_errors.inc()

@@ -73,6 +73,9 @@ class RedisLog(FeedLog):
             socket_connect_timeout=5,
             socket_keepalive=True,
             health_check_interval=30,
+            # No command here blocks for long (reads wait on pub/sub with their own
+            # timeout), so a Redis that stops answering fails calls instead of hanging.
+            socket_timeout=15,
             protocol=2,
             # After a Redis restart or failover, pooled connections are stale: the
             # pool must notice (its check is skipped while maintenance notifications
@@ -98,6 +101,7 @@ class RedisLog(FeedLog):
         self._stream_keys: dict[FeedKey, bytes] = {}
         self._feeds_by_key: dict[bytes, FeedKey] = {}
         self._last_sweep = 0.0
+        self._woken = False
         # Set when the node reaches a different Redis server process (a restart, a
         # failover) or a command failed: the next read verifies what this node follows.
         self._suspect = False
@@ -271,9 +275,12 @@ class RedisLog(FeedLog):
             return {}
         streams: dict[bytes, bytes] = {}
         for feed in todo:
-            pos = positions[feed]
-            streams[self._stream_key(feed)] = b"%d-%d" % (pos.epoch, pos.offset)
-        with self._io("read_new"), anyio.fail_after(10):
+            pos = positions.get(feed)
+            if pos is not None:  # still followed after the wait
+                streams[self._stream_key(feed)] = b"%d-%d" % (pos.epoch, pos.offset)
+        if not streams:
+            return {}
+        with self._io("read_new"):
             reply = await self._redis.xread(streams, count=count)
         out: dict[FeedKey, Batch] = {}
         for key, entries in reply or ():
@@ -285,7 +292,9 @@ class RedisLog(FeedLog):
                 out[feed] = Batch([], reset=await self._rebase(feed))
         return out
 
-    async def _moved(self, positions: Mapping[FeedKey, Cursor], block_ms: int) -> set[FeedKey]:
+    async def _moved(
+        self, positions: Mapping[FeedKey, Cursor], block_ms: int
+    ) -> set[FeedKey]:
         """The followed feeds to read now (waiting up to ``block_ms`` for news)."""
         now = anyio.current_time()
         sweep = self._pubsub is None or now - self._last_sweep >= self.SWEEP_SECONDS
@@ -298,13 +307,17 @@ class RedisLog(FeedLog):
                     await pubsub.aclose()
                 raise
             self._pubsub = pubsub
-        followed = set(positions)
-        todo = followed if sweep else followed - self._followed
-        self._followed = followed
+        followed = positions
+        todo: set[FeedKey] = set()
+        if sweep or self._woken or len(positions) != len(self._followed):
+            # The set of feeds changed (a wake, or fewer feeds): read the new ones now.
+            self._woken = False
+            current = set(positions)
+            todo = current if sweep else current - self._followed
+            self._followed = current
         if sweep:
             self._last_sweep = now
-            return set(todo)
-        todo = set(todo)
+            return todo
         deadline = now + block_ms / 1000
         try:
             # Wait (unless there is work already) for a change of a followed feed or a
@@ -349,7 +362,7 @@ class RedisLog(FeedLog):
 
     async def verify(self, positions: Mapping[FeedKey, Cursor]) -> dict[FeedKey, Batch]:
         out: dict[FeedKey, Batch] = {}
-        for feed in positions:
+        for feed in list(positions):  # a live view: feeds may come and go meanwhile
             if self.known(feed) is None:
                 continue
             reply = await self._run(feed, "check", 1, ())
@@ -360,6 +373,7 @@ class RedisLog(FeedLog):
         return out
 
     async def wake(self) -> None:
+        self._woken = True
         with self._io("wake"):
             await self._redis.publish(self._wake, b"1")
 

@@ -8,7 +8,10 @@ can never end a message early or inject a field.
 
 from __future__ import annotations
 
-KEEPALIVE = b": keepalive\n\n"
+#: The keepalive: one comment line.  No blank line after it: a blank line alone ends no
+#: message per the SSE spec, but some clients (httpx-sse among them) then dispatch an
+#: empty event carrying the last id; a comment line alone keeps every client quiet.
+KEEPALIVE = b": keepalive\n"
 
 HEADERS: list[tuple[bytes, bytes]] = [
     (b"content-type", b"text/event-stream; charset=utf-8"),

@@ -13,6 +13,7 @@ import anyio
 import httpx
 import pytest
 from httpx_sse import ServerSentEvent, aconnect_sse
+from httpx_sse._decoders import SSEDecoder
 
 from gateway.app import Gateway
 from tests.support import events as ev
@@ -153,11 +154,19 @@ async def test_keepalive_comment_is_sent_when_idle(node: Gateway) -> None:
                 assert response.status_code == 200
                 async for chunk in response.aiter_raw():
                     raw += chunk
-                    if raw.count(b": keepalive\n\n") >= 2:
+                    if raw.count(b": keepalive\n") >= 2:
                         break
-    assert raw.startswith(b": keepalive\n\n")
+    assert raw.startswith(b": keepalive\n: keepalive\n")
     assert b"id:" not in raw  # a keepalive moves no cursor
     assert b"\r" not in raw
+    # A client that already holds a last event id sees no event in keepalives (some
+    # SSE clients wrongly dispatch an empty event on a bare blank line).
+    decoder = SSEDecoder()
+    decoder.decode("id: " + cursors[0])
+    decoder.decode("data: {}")
+    assert decoder.decode("") is not None  # a real event
+    dispatched = [decoder.decode(line) for line in raw.decode().splitlines()]
+    assert [e for e in dispatched if e is not None] == []
 
 
 async def test_framing_and_headers(client: httpx.AsyncClient) -> None:

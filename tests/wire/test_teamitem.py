@@ -52,7 +52,7 @@ def test_sse_message_framing() -> None:
     assert framed == b"id: 1:2\ndata: a\ndata: id: 9:9\ndata: b\n\n"
     assert b"\r" not in framed
     assert sse.comment(b"x\ny") == b": x y\n\n"
-    assert sse.KEEPALIVE == b": keepalive\n\n"
+    assert sse.KEEPALIVE == b": keepalive\n"
     assert json.loads(team_item(Cursor(1, 1), team_payload({}, {"t": "a\nb"})))["event"] == {
         "t": "a\nb"
     }
