@@ -31,6 +31,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final
 from urllib.parse import unquote
 
+import jsonschema_rs
 import msgspec
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError, best_match
@@ -199,6 +200,23 @@ def _split(name: str, key: str) -> dict[str, Any]:
 
 
 @functools.cache
+def _rs_registry() -> jsonschema_rs.Registry:
+    return jsonschema_rs.Registry([(_SCHEMA_URI, _document())])
+
+
+@functools.cache
+def _fast_event_validator(type_name: str) -> jsonschema_rs.Validator:
+    """The same narrowed schema, compiled by jsonschema-rs (100x faster on valid input).
+
+    It only answers "valid?"; a rejected event goes through :func:`_event_validator`,
+    whose errors we know how to explain.  ``tests/test_validate.py`` checks that both
+    agree on every case it has.
+    """
+    schema = _bundle(_split("events_Event", "type")[type_name])
+    return jsonschema_rs.validator_for(schema, registry=_rs_registry())
+
+
+@functools.cache
 def _event_validator(type_name: str) -> Draft202012Validator:
     schema = _bundle(_split("events_Event", "type")[type_name])
     return Draft202012Validator(schema, registry=_registry())
@@ -348,6 +366,8 @@ def validate_event(event: object) -> None:
         raise InvalidRequest(f"event.type: {_clip(repr(type_name))} is not of type 'string'")
     if type_name not in _split("events_Event", "type"):
         raise InvalidRequest(f"event.type: {_clip(repr(type_name))} is not a known event type")
+    if _fast_event_validator(type_name).is_valid(event):
+        return
     _check(_event_validator(type_name), event, "event")
 
 
