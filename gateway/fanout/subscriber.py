@@ -171,7 +171,9 @@ class Subscription:
     changes (the hub never waits on it).
     """
 
-    __slots__ = ("_ready", "feed", "fmt", "head", "outbox", "position", "restart_at", "state")
+    __slots__ = (
+        "_ready", "feed", "fmt", "head", "notify", "outbox", "position", "restart_at", "state",
+    )
 
     def __init__(
         self, feed: FeedKey, fmt: Format, start: Cursor, outbox: Outbox | None = None
@@ -184,7 +186,10 @@ class Subscription:
         self.restart_at: Cursor | None = None
         #: The feed's head when the subscription was opened (informational).
         self.head = start
-        self._ready = anyio.Event()
+        #: Called (synchronously) on a state change instead of waking a waiter, for
+        #: owners that keep no task per subscription while it is live.
+        self.notify: Callable[[Subscription], None] | None = None
+        self._ready: anyio.Event | None = None
 
     def offer(self, chunk: Chunk) -> bool:
         """Write the frames of the chunk's items after :attr:`position` at once.
@@ -213,7 +218,10 @@ class Subscription:
         return True
 
     def _signal(self) -> None:
-        self._ready.set()
+        if self.notify is not None:
+            self.notify(self)
+        elif self._ready is not None:
+            self._ready.set()
 
     def overflow(self) -> None:
         self.state = SubState.OVERFLOW
@@ -229,19 +237,12 @@ class Subscription:
         self.state = SubState.CLOSED
         self._signal()
 
-    async def changed(self) -> None:
-        """Wait for a state change (no timeout)."""
-        if self.state is SubState.LIVE:
-            await self._ready.wait()
-            self._ready = anyio.Event()
-
     async def wait(self, idle: float) -> bool:
         """Wait up to ``idle`` seconds for a state change; False if none came."""
         if self.state is not SubState.LIVE:
             return True
+        ready = self._ready = anyio.Event()
         with anyio.move_on_after(idle):
-            await self._ready.wait()
-        if self._ready.is_set():
-            self._ready = anyio.Event()
-            return True
-        return False
+            await ready.wait()
+        self._ready = None
+        return ready.is_set()

@@ -163,8 +163,8 @@ class HttpConnection(asyncio.Protocol):
         self.server = server
         self.transport: asyncio.Transport | None = None
         self._h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
-        self._can_write = asyncio.Event()
-        self._can_write.set()
+        # Created only while the transport is paused (idle connections are many).
+        self._writable: asyncio.Future[None] | None = None
         self._request: Request | None = None
         self._body = bytearray()
         self._busy = False
@@ -186,15 +186,18 @@ class HttpConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.server.connections.discard(self)
         self.transport = None
-        self._can_write.set()
+        self.resume_writing()
         if self._scope is not None:
             self._scope.cancel()
 
     def pause_writing(self) -> None:
-        self._can_write.clear()
+        if self._writable is None:
+            self._writable = asyncio.get_running_loop().create_future()
 
     def resume_writing(self) -> None:
-        self._can_write.set()
+        writable, self._writable = self._writable, None
+        if writable is not None and not writable.done():
+            writable.set_result(None)
 
     def data_received(self, data: bytes) -> None:
         if self._on_data is not None:
@@ -371,8 +374,9 @@ class HttpConnection(asyncio.Protocol):
         return bytes(trailing), Stream(self, chunked=False)
 
     async def drain(self) -> None:
-        if not self._can_write.is_set():
-            await self._can_write.wait()
+        writable = self._writable
+        if writable is not None:
+            await asyncio.shield(writable)
         if self.transport is None:
             raise anyio.BrokenResourceError
 

@@ -85,6 +85,37 @@ def _offered_subprotocols(request: Request) -> list[str]:
     return [p.strip() for p in raw.split(",") if p.strip()]
 
 
+class _Entry:
+    """One feed of a socket: the subscription (once open) and the task driving it, if any."""
+
+    __slots__ = ("name", "scope", "session", "sub")
+
+    def __init__(self, session: Session, name: str) -> None:
+        self.session = session
+        self.name = name
+        self.sub: Subscription | None = None
+        #: The scope of the task driving the subscription (None while it is live).
+        self.scope: anyio.CancelScope | None = None
+
+    def wake(self, sub: Subscription) -> None:
+        """The hub changed a live subscription's state: start a task to act on it."""
+        session = self.session
+        if self.scope is not None or session._tg is None or session._closing:
+            return
+        self.scope = anyio.CancelScope()
+        session._tg.start_soon(session._drive_task, self)
+
+    def end(self) -> None:
+        """Stop the task (if any) and release the subscription (idempotent)."""
+        if self.scope is not None:
+            self.scope.cancel()
+        sub = self.sub
+        if sub is not None:
+            sub.notify = None
+            sub.close()
+            self.session.hub.close(sub)
+
+
 class Session:
     """One open socket.  Create after the handshake, then ``await run()``."""
 
@@ -107,8 +138,7 @@ class Session:
         self.stream = stream
         self.protocol = protocol
         self.outbox = Outbox(stream, settings.max_queue_bytes, hub.budget)
-        self.subs: dict[str, Subscription] = {}
-        self._scopes: dict[str, anyio.CancelScope] = {}
+        self.entries: dict[str, _Entry] = {}
         self._overflows: list[float] = []
         self._bad_messages = 0
         self._tg: anyio.abc.TaskGroup | None = None
@@ -198,91 +228,116 @@ class Session:
             else:
                 self._send(ws.error(str(exc.code), exc.message, name))
             return
-        if name not in self._scopes and len(self._scopes) >= self.settings.ws_max_subscriptions:
+        limit = self.settings.ws_max_subscriptions
+        if name not in self.entries and len(self.entries) >= limit:
             self._send(
                 ws.error(
                     str(ErrorCode.RATE_LIMITED),
-                    f"at most {self.settings.ws_max_subscriptions} subscriptions per socket",
+                    f"at most {limit} subscriptions per socket",
                     name,
                 )
             )
             return
         # Subscribing again replaces the subscription (e.g. after epoch_restarted).
         self._unsubscribe(name)
-        scope = anyio.CancelScope()
-        self._scopes[name] = scope
+        entry = self.entries[name] = _Entry(self, name)
+        entry.scope = anyio.CancelScope()
         assert self._tg is not None
-        self._tg.start_soon(self._follow, name, key, cursor, scope)
+        self._tg.start_soon(self._join, entry, key, cursor)
 
     def _unsubscribe(self, name: str) -> None:
-        sub = self.subs.pop(name, None)
-        if sub is not None:
-            sub.close()
-        scope = self._scopes.pop(name, None)
-        if scope is not None:
-            scope.cancel()
+        entry = self.entries.pop(name, None)
+        if entry is not None:
+            entry.end()
 
-    async def _follow(
-        self, name: str, key: FeedKey, cursor: Cursor | None, scope: anyio.CancelScope
-    ) -> None:
-        sub: Subscription | None = None
-        with scope:
+    @property
+    def subs(self) -> dict[str, Subscription]:
+        """The open subscriptions by feed name."""
+        return {n: e.sub for n, e in self.entries.items() if e.sub is not None}
+
+    async def _join(self, entry: _Entry, key: FeedKey, cursor: Cursor | None) -> None:
+        """Open a subscription, then drive it until it is live (the task then ends)."""
+        assert entry.scope is not None
+        name = entry.name
+        with entry.scope:
             try:
-                try:
-                    sub = await self.hub.open(key, cursor, TEAM_WS)
-                except GatewayError as exc:
-                    if not scope.cancel_called:  # not replaced or unsubscribed meanwhile
-                        message = "no such feed" if isinstance(exc, NotFound) else exc.message
-                        self._send(ws.error(str(exc.code), message, name))
-                    return
-                if scope.cancel_called:
-                    return
-                sub.outbox = self.outbox
-                self.subs[name] = sub
-                self._send(ws.subscribed(name, sub.head))
-                try:
-                    await self._serve(name, sub)
-                except GatewayError as exc:
-                    # The store failed mid-way (unavailable): end this subscription
-                    # only; the client resubscribes from its last cursor.
-                    self._send(ws.error(str(exc.code), exc.message, name))
-            finally:
-                if sub is not None:
-                    self.hub.close(sub)
-                    if self.subs.get(name) is sub:
-                        del self.subs[name]
-                if self._scopes.get(name) is scope:
-                    del self._scopes[name]
-
-    async def _serve(self, name: str, sub: Subscription) -> None:
-        while True:
-            if sub.state is SubState.CATCHING_UP:
-                try:
-                    await self.hub.catch_up(sub, self._write_or_give_up)
-                except TimeoutError:
-                    self.metrics.slow_consumer_actions.labels(action="disconnect").inc()
-                    self.close(CloseCode.TOO_SLOW, "too slow: resume from your last cursors")
-                    return
-            if sub.state is SubState.LIVE:
-                await sub.changed()
-                continue
-            if sub.state is SubState.RESTARTED:
-                assert sub.restart_at is not None
-                await self.stream.write(sub.fmt.restart(sub.feed, sub.restart_at))
+                sub = await self.hub.open(key, cursor, TEAM_WS)
+            except GatewayError as exc:
+                if self.entries.get(name) is entry:  # not replaced or unsubscribed meanwhile
+                    del self.entries[name]
+                    message = "no such feed" if isinstance(exc, NotFound) else exc.message
+                    self._send(ws.error(str(exc.code), message, name))
                 return
-            if sub.state is SubState.OVERFLOW:
-                now = anyio.current_time()
-                self._overflows = [
-                    t for t in self._overflows if now - t < CATCHUP_WINDOW_SECONDS
-                ]
-                self._overflows.append(now)
-                if len(self._overflows) > MAX_CATCHUPS:
-                    self.metrics.slow_consumer_actions.labels(action="disconnect").inc()
-                    self.close(CloseCode.TOO_SLOW, "too slow: resume from your last cursors")
+            if self.entries.get(name) is not entry:
+                self.hub.close(sub)
+                return
+            entry.sub = sub
+            sub.outbox = self.outbox
+            self._send(ws.subscribed(name, sub.head))
+            await self._drive(entry)
+
+    async def _drive_task(self, entry: _Entry) -> None:
+        assert entry.scope is not None
+        with entry.scope:
+            await self._drive(entry)
+
+    async def _drive(self, entry: _Entry) -> None:
+        """Act on the subscription's state until it is live again or has ended.
+
+        A live subscription keeps no task: the hub's state change calls
+        :meth:`_Entry.wake`, which starts this again.
+        """
+        sub = entry.sub
+        assert sub is not None
+        try:
+            while True:
+                if sub.state is SubState.CATCHING_UP:
+                    try:
+                        await self.hub.catch_up(sub, self._write_or_give_up)
+                    except TimeoutError:
+                        self.metrics.slow_consumer_actions.labels(action="disconnect").inc()
+                        self.close(CloseCode.TOO_SLOW, "too slow: resume from your last cursors")
+                        return
+                if sub.state is SubState.LIVE:
+                    sub.notify = entry.wake
+                    entry.scope = None
+                    if sub.state is SubState.LIVE:
+                        return  # idle until the hub changes its state
+                    continue
+                if sub.state is SubState.RESTARTED:
+                    assert sub.restart_at is not None
+                    await self.stream.write(sub.fmt.restart(sub.feed, sub.restart_at))
+                    self._forget(entry)
                     return
-                sub.state = SubState.CATCHING_UP
-                continue
-            return  # CLOSED
+                if sub.state is SubState.OVERFLOW:
+                    now = anyio.current_time()
+                    self._overflows = [
+                        t for t in self._overflows if now - t < CATCHUP_WINDOW_SECONDS
+                    ]
+                    self._overflows.append(now)
+                    if len(self._overflows) > MAX_CATCHUPS:
+                        self.metrics.slow_consumer_actions.labels(action="disconnect").inc()
+                        self.close(CloseCode.TOO_SLOW, "too slow: resume from your last cursors")
+                        return
+                    sub.state = SubState.CATCHING_UP
+                    continue
+                self._forget(entry)  # CLOSED
+                return
+        except GatewayError as exc:
+            # The store failed mid-way (unavailable): end this subscription only; the
+            # client resubscribes from its last cursor.
+            self._forget(entry)
+            self._send(ws.error(str(exc.code), exc.message, entry.name))
+        except BaseException:
+            if entry.scope is not None and entry.scope.cancel_called:
+                raise  # unsubscribed or closing: whoever cancelled cleans up
+            self._forget(entry)
+            raise
+
+    def _forget(self, entry: _Entry) -> None:
+        if self.entries.get(entry.name) is entry:
+            del self.entries[entry.name]
+        entry.end()
 
     async def _write_or_give_up(self, data: bytes) -> None:
         """A history write that waits for the socket, but not forever (a stopped peer)."""
@@ -290,7 +345,7 @@ class Session:
             await self.stream.write(data)
 
     def _end_subscriptions(self) -> None:
-        for name in list(self._scopes):
+        for name in list(self.entries):
             self._unsubscribe(name)
 
     # -- credentials ---------------------------------------------------------------
@@ -314,7 +369,7 @@ class Session:
             self._send(ws.error(str(ErrorCode.UNAUTHENTICATED), "token lacks the subscribe scope"))
             return
         self.principal = fresh
-        for name in list(self._scopes):
+        for name in list(self.entries):
             try:
                 feed_key(fresh, name)
             except GatewayError:
