@@ -2,11 +2,13 @@
 --
 -- KEYS: 1 meta hash, 2 stream, 3 idempotency-key hash (one hash slot: same {tag}).
 -- ARGV: 1 mode ("append" | "check"), 2 retention, 3 known epoch (0: none),
---       4 known offset, 5 known chain, 6 item count n, 7 change channel,
+--       4 known offset, 5 known chain, 6 item count n, 7 (unused),
 --       then per item: key ("" for none), data, host-opening flag ("1"/"0").
 --
--- After appending, the stream's key is PUBLISHed on the change channel, so that
--- every node's reader learns which feeds moved without polling them all.
+-- After appending, the new items are PUBLISHed on the channel named like the stream
+-- (pub/sub channels and keys are separate namespaces), so the nodes that follow the
+-- feed get them live without reading the stream:
+--   "<epoch> <first offset>\n" then per item "<chain> <byte length>\n<data>".
 --
 -- Stream entry ids are "<epoch>-<offset>", so a cursor is an entry id and entries of
 -- a newer epoch sort after every entry of an older one.  Entry fields: d (data),
@@ -21,7 +23,6 @@ local mode = ARGV[1]
 local retention = tonumber(ARGV[2])
 local kepoch, koff, kchain = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local n = tonumber(ARGV[6])
-local channel = ARGV[7]
 
 local function fmt(x) return string.format('%d', x) end
 
@@ -81,6 +82,15 @@ local function new_epoch()
   if not host then redis.call('HDEL', M, 'host') end
 end
 
+local function announce(items)
+  local parts = {fmt(epoch) .. ' ' .. fmt(head - #items + 1) .. '\n'}
+  for _, it in ipairs(items) do
+    parts[#parts + 1] = it[1] .. ' ' .. #it[2] .. '\n'
+    parts[#parts + 1] = it[2]
+  end
+  redis.call('PUBLISH', S, table.concat(parts))
+end
+
 local function result(status, offsets)
   local out = {status, fmt(epoch), fmt(head), fmt(first_offset()), chain, host or '', reason}
   for i = 1, #offsets do out[#out + 1] = fmt(offsets[i]) end
@@ -127,10 +137,12 @@ end
 
 if reason ~= '' then new_epoch() end
 
+local published = {}
 for _, i in ipairs(new) do
   local key, data, hostflag = ARGV[8 + i * 3], ARGV[9 + i * 3], ARGV[10 + i * 3]
   head = head + 1
   chain = redis.sha1hex(chain .. data)
+  published[#published + 1] = {chain, data}
   redis.call('XADD', S, fmt(epoch) .. '-' .. fmt(head), 'd', data, 'c', chain, 'k', key)
   if key ~= '' then redis.call('HSET', I, key, fmt(head)) end
   if head == 1 and not host then
@@ -140,7 +152,7 @@ for _, i in ipairs(new) do
 end
 if #new > 0 then
   redis.call('HSET', M, 'head', fmt(head), 'chain', chain)
-  redis.call('PUBLISH', channel, S)
+  announce(published)
 end
 
 -- Retention: at most 1000 entries per call, so the step stays short; later appends

@@ -7,7 +7,8 @@ they live in one Redis Cluster slot):
 - ``<prefix>:<tag>:s``: stream; entry id ``<epoch>-<offset>``, fields ``d`` (data),
   ``c`` (chain value after the item), ``k`` (idempotency key)
 - ``<prefix>:<tag>:i``: hash idempotency key -> offset, for retained items only
-- ``<prefix>:changes``: a pub/sub channel; the append step publishes each moved stream key
+- pub/sub channel ``<prefix>:<tag>:s`` (the stream's name): the append step publishes the
+  new items there; nodes following the feed subscribe to it
 - ``<prefix>:node:<node>:wake``: a pub/sub channel that wakes this node's reader
 
 Appending and rollback checks are one Lua step (``feed.lua`` beside this file).
@@ -92,8 +93,6 @@ class RedisLog(FeedLog):
         self._prefix = prefix
         self._script = self._redis.register_script(_SCRIPT)
         self.node_id = node_id or f"{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-        # Change notifications: the append step publishes each moved stream's key here.
-        self._changes = f"{prefix}:changes".encode()
         self._wake = f"{prefix}:node:{self.node_id}:wake".encode()
         self._pubsub: Any = None
         #: Feeds the previous read followed, and their stream keys (cached).
@@ -153,9 +152,7 @@ class RedisLog(FeedLog):
 
     async def _run(self, feed: FeedKey, mode: str, retention: int, items: Sequence[NewItem]) -> Any:
         known_epoch, known_offset, known_chain = split_known(self.known(feed))
-        args: list[Any] = [
-            mode, retention, known_epoch, known_offset, known_chain, len(items), self._changes
-        ]
+        args: list[Any] = [mode, retention, known_epoch, known_offset, known_chain, len(items), ""]
         for item in items:
             args += [item.key or "", item.data, "1" if item.host_opening else "0"]
         with self._io(mode):
@@ -243,12 +240,14 @@ class RedisLog(FeedLog):
     async def read_new(
         self, positions: Mapping[FeedKey, Cursor], *, count: int, block_ms: int
     ) -> dict[FeedKey, Batch]:
-        """Wait for change notifications, then read only the feeds that moved.
+        """Take the items the append step published for the followed feeds.
 
-        Every append publishes its stream's key on ``<prefix>:changes``; this node
-        listens there (one connection, whatever the number of feeds) and reads with one
-        non-blocking ``XREAD`` just the followed feeds that were named, plus feeds new
-        to it, plus every followed feed on a periodic sweep and after a reconnect.
+        The node subscribes to each followed feed's channel (one connection for all of
+        them); the append step publishes the new items there, so the live path reads no
+        stream at all.  Whatever cannot be taken from those messages is read from the
+        streams with one non-blocking ``XREAD``: feeds new to this node, a message that
+        does not continue the position (one was missed), and every followed feed on a
+        periodic sweep and after the listening connection was replaced.
         """
         resets = {
             feed: Batch([], reset=self._pending_resets.pop(feed))
@@ -268,21 +267,28 @@ class RedisLog(FeedLog):
         if resets:
             return resets
         with self._io("read_new"):
-            todo = await self._moved(positions, block_ms)
+            pushed, todo = await self._listen(positions, block_ms)
         if len(self._stream_keys) > 2 * len(positions) + 1000:
             self._forget_keys(positions)
+        out: dict[FeedKey, Batch] = {}
+        for feed, items in pushed.items():
+            if feed in todo or feed not in positions:
+                continue
+            if self._continues(feed, items):
+                out[feed] = Batch(items)
+            else:
+                out[feed] = Batch([], reset=await self._rebase(feed))
         if not todo:
-            return {}
+            return out
         streams: dict[bytes, bytes] = {}
         for feed in todo:
             pos = positions.get(feed)
             if pos is not None:  # still followed after the wait
                 streams[self._stream_key(feed)] = b"%d-%d" % (pos.epoch, pos.offset)
         if not streams:
-            return {}
+            return out
         with self._io("read_new"):
             reply = await self._redis.xread(streams, count=count)
-        out: dict[FeedKey, Batch] = {}
         for key, entries in reply or ():
             feed = self._feeds_by_key[key]
             items = [_item(entry_id, fields) for entry_id, fields in entries]
@@ -292,60 +298,93 @@ class RedisLog(FeedLog):
                 out[feed] = Batch([], reset=await self._rebase(feed))
         return out
 
-    async def _moved(
+    async def _listen(
         self, positions: Mapping[FeedKey, Cursor], block_ms: int
-    ) -> set[FeedKey]:
-        """The followed feeds to read now (waiting up to ``block_ms`` for news)."""
+    ) -> tuple[dict[FeedKey, list[StoredItem]], set[FeedKey]]:
+        """Published items that continue each position, and the feeds to read instead."""
         now = anyio.current_time()
         sweep = self._pubsub is None or now - self._last_sweep >= self.SWEEP_SECONDS
         if self._pubsub is None:
             pubsub = self._redis.pubsub()
             try:
-                await pubsub.subscribe(self._changes, self._wake)
+                await pubsub.subscribe(self._wake)
             except BaseException:
                 with contextlib.suppress(Exception):
                     await pubsub.aclose()
                 raise
             self._pubsub = pubsub
-        followed = positions
+            self._followed = set()
+        pushed: dict[FeedKey, list[StoredItem]] = {}
         todo: set[FeedKey] = set()
-        if sweep or self._woken or len(positions) != len(self._followed):
-            # The set of feeds changed (a wake, or fewer feeds): read the new ones now.
-            self._woken = False
-            current = set(positions)
-            todo = current if sweep else current - self._followed
-            self._followed = current
-        if sweep:
-            self._last_sweep = now
-            return todo
-        deadline = now + block_ms / 1000
         try:
-            # Wait (unless there is work already) for a change of a followed feed or a
-            # wake; notes about other feeds and subscribe confirmations do not count.
-            while True:
-                timeout = 0.0 if todo else max(0.0, deadline - anyio.current_time())
-                message = await self._pubsub.get_message(
-                    ignore_subscribe_messages=True, timeout=timeout
-                )
-                if message is None:
-                    if todo or anyio.current_time() >= deadline:
-                        break
-                    continue
-                if message.get("channel") == self._wake:
-                    break
-                feed = self._feeds_by_key.get(message.get("data"))
-                if feed is not None and feed in followed:
-                    todo.add(feed)
-                if len(todo) >= len(followed):
-                    break
+            if sweep or self._woken or len(positions) != len(self._followed):
+                # The set of feeds changed: (un)subscribe, and read the new ones now.
+                self._woken = False
+                current = set(positions)
+                added, removed = current - self._followed, self._followed - current
+                self._followed = current
+                if added:
+                    await self._pubsub.subscribe(*(self._stream_key(f) for f in added))
+                if removed:
+                    await self._pubsub.unsubscribe(*(self._stream_key(f) for f in removed))
+                todo = current if sweep else added
+            if sweep:
+                self._last_sweep = now
+                return pushed, todo
+            await self._gather(positions, pushed, todo, now + block_ms / 1000)
         except BaseException:
             # The listening connection failed (or we were cancelled mid-read): start
-            # over with a fresh one and a full sweep.
+            # over with a fresh one, subscriptions and a full sweep.
             pubsub, self._pubsub = self._pubsub, None
             with contextlib.suppress(Exception):
                 await pubsub.aclose()
             raise
-        return todo
+        return pushed, todo
+
+    async def _gather(
+        self,
+        positions: Mapping[FeedKey, Cursor],
+        pushed: dict[FeedKey, list[StoredItem]],
+        todo: set[FeedKey],
+        deadline: float,
+    ) -> None:
+        """Wait until ``deadline`` for the first message, then take what is there."""
+        seen: dict[FeedKey, Cursor] = {}
+        for _ in range(100_000):  # bounded: at most this many messages per read
+            busy = bool(todo or pushed)
+            timeout = 0.0 if busy else max(0.0, deadline - anyio.current_time())
+            message = await self._pubsub.get_message(
+                ignore_subscribe_messages=True, timeout=timeout
+            )
+            if message is None:
+                if busy or anyio.current_time() >= deadline:
+                    return
+                continue
+            channel = message.get("channel")
+            if channel == self._wake:
+                return
+            feed = self._feeds_by_key.get(channel)
+            if feed is None or feed in todo:
+                continue
+            pos = seen.get(feed) or positions.get(feed)
+            if pos is None:
+                continue
+            items = _announced(message.get("data"))
+            fresh = [
+                i for i in items
+                if i.epoch > pos.epoch or (i.epoch == pos.epoch and i.offset > pos.offset)
+            ]
+            if not fresh:
+                continue
+            first = fresh[0]
+            if (first.epoch == pos.epoch and first.offset == pos.offset + 1) or (
+                first.epoch > pos.epoch and first.offset == 1
+            ):
+                pushed.setdefault(feed, []).extend(fresh)
+                seen[feed] = fresh[-1].cursor
+            else:
+                todo.add(feed)  # something was missed: read the stream instead
+                pushed.pop(feed, None)
 
     def _forget_keys(self, positions: Mapping[FeedKey, Cursor]) -> None:
         self._stream_keys = {f: k for f, k in self._stream_keys.items() if f in positions}
@@ -387,6 +426,23 @@ class RedisLog(FeedLog):
                 await self._pubsub.aclose()
         with contextlib.suppress(Exception):
             await self._redis.aclose()
+
+
+def _announced(payload: bytes) -> list[StoredItem]:
+    """Parse what the append step published (see feed.lua): items in offset order."""
+    head, _, rest = payload.partition(b"\n")
+    epoch_text, _, first_text = head.partition(b" ")
+    epoch, offset = int(epoch_text), int(first_text)
+    items: list[StoredItem] = []
+    at, end = 0, len(rest)
+    while at < end:
+        newline = rest.index(b"\n", at)
+        chain, _, size = rest[at:newline].partition(b" ")
+        start = newline + 1
+        at = start + int(size)
+        items.append(StoredItem(epoch, offset, rest[start:at], chain.decode("ascii")))
+        offset += 1
+    return items
 
 
 def _item(entry_id: bytes, fields: dict[bytes, bytes]) -> StoredItem:
