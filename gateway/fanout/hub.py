@@ -184,7 +184,9 @@ class Hub:
         feed = sub.feed
         for _ in range(MAX_CATCHUP_ROUNDS):
             channel = self.channels.get(feed)
-            if channel is None:  # closed meanwhile
+            if channel is None or sub not in channel.subs:  # closed meanwhile
+                if sub.state is SubState.CATCHING_UP:
+                    sub.state = SubState.CLOSED
                 return
             if sub.position >= channel.position:
                 sub.state = SubState.LIVE

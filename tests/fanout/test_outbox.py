@@ -1,0 +1,84 @@
+"""The byte bounds of outboxes (per connection and per node), as pure logic."""
+
+from __future__ import annotations
+
+from gateway.fanout.subscriber import NodeBudget, Outbox
+
+
+class Transport:
+    """Stands in for an asyncio transport whose kernel buffer is full: it keeps all."""
+
+    def __init__(self) -> None:
+        self.held = 0
+        self.closing = False
+
+    def get_write_buffer_size(self) -> int:
+        return self.held
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def write(self, data: bytes) -> None:
+        self.held += len(data)
+
+    def writelines(self, parts: tuple[bytes, ...]) -> None:
+        self.held += sum(len(p) for p in parts)
+
+    def drain_all(self) -> None:
+        self.held = 0
+
+
+class Stream:
+    def __init__(self, chunked: bool = False) -> None:
+        self.transport = Transport()
+        self.chunked = chunked
+
+
+def test_a_connection_never_holds_more_than_its_bound() -> None:
+    budget = NodeBudget(10_000_000)
+    stream = Stream()
+    outbox = Outbox(stream, 1000, budget)  # type: ignore[arg-type]
+    assert outbox.try_write(b"x" * 600)
+    assert outbox.try_write(b"x" * 400)  # exactly the bound
+    assert not outbox.try_write(b"x")  # one byte more is refused, nothing written
+    assert stream.transport.held == 1000
+    assert budget.total == 1000
+    stream.transport.drain_all()
+    # An empty connection takes a write even above the bound (it keeps up).
+    assert outbox.try_write(b"x" * 1500)
+    assert not outbox.try_write(b"x")
+
+
+def test_the_node_bound_refuses_connections_that_hold_bytes() -> None:
+    budget = NodeBudget(1500)
+    a, b, c = Stream(), Stream(), Stream()
+    oa = Outbox(a, 1000, budget)  # type: ignore[arg-type]
+    ob = Outbox(b, 1000, budget)  # type: ignore[arg-type]
+    oc = Outbox(c, 1000, budget)  # type: ignore[arg-type]
+    assert oa.try_write(b"x" * 900)
+    assert ob.try_write(b"x" * 700)  # b held nothing: accepted; the node is now at 1600
+    assert budget.total == 1600
+    assert not oa.try_write(b"x" * 10)  # a holds bytes and the node is past its bound
+    assert oc.try_write(b"x" * 10)  # c holds nothing: a connection that keeps up
+    # Buffers drain: the exact recount lets a write again.
+    a.transport.drain_all()
+    b.transport.drain_all()
+    assert ob.try_write(b"x" * 10) is True
+    assert budget.total < 1500
+
+
+def test_released_connections_leave_the_count() -> None:
+    budget = NodeBudget(100)
+    s = Stream()
+    o = Outbox(s, 1000, budget)  # type: ignore[arg-type]
+    o.try_write(b"x" * 50)
+    o.release()
+    assert budget.total == 0
+
+
+def test_chunked_framing_for_sse() -> None:
+    budget = NodeBudget(10_000)
+    s = Stream(chunked=True)
+    o = Outbox(s, 1000, budget)  # type: ignore[arg-type]
+    assert o.try_write(b"hello")
+    assert s.transport.held == len(b"5\r\nhello\r\n")
