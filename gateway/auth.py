@@ -33,6 +33,11 @@ class Principal(msgspec.Struct, frozen=True):
     def may_read_team(self, team: str) -> bool:
         return self.teams is None or team in self.teams
 
+    def require_subscribe(self) -> None:
+        """Subscribing without the ``subscribe`` scope is 401 (D5)."""
+        if "subscribe" not in self.scopes:
+            raise Unauthenticated("token lacks the subscribe scope")
+
 
 def _str_list(value: object, claim: str) -> frozenset[str] | None:
     if value is None:
@@ -40,6 +45,23 @@ def _str_list(value: object, claim: str) -> frozenset[str] | None:
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
         return frozenset(value)
     raise Unauthenticated(f"token claim {claim!r} must be a list of strings")
+
+
+def bearer_token(authorization: str | None, fallback: str | None = None) -> str:
+    """The token of an ``Authorization: Bearer`` header, else ``fallback``.
+
+    ``fallback`` is where a browser put it (the ``access_token`` query parameter of an
+    SSE route, the ``bearer.<JWT>`` WebSocket subprotocol).  Raises Unauthenticated.
+    """
+    token = fallback
+    if authorization is not None:
+        scheme, _, value = authorization.partition(" ")
+        if scheme.lower() != "bearer" or not value.strip():
+            raise Unauthenticated("expected 'Authorization: Bearer <token>'")
+        token = value.strip()
+    if not token:
+        raise Unauthenticated("missing bearer token")
+    return token
 
 
 class Authenticator:

@@ -16,7 +16,7 @@ import msgspec
 import structlog
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from gateway.auth import Authenticator, Principal
+from gateway.auth import Authenticator, Principal, bearer_token
 from gateway.config import Settings
 from gateway.cursor import parse_cursor
 from gateway.errors import (
@@ -24,11 +24,10 @@ from gateway.errors import (
     GatewayError,
     MethodNotAllowed,
     NotFound,
-    Unauthenticated,
     UnsupportedMediaType,
 )
 from gateway.fanout.hub import Hub
-from gateway.fanout.subscriber import Outbox, Subscription, SubState
+from gateway.fanout.subscriber import Outbox, Overflows, Subscription, SubState
 from gateway.feed import FeedKey, is_team_id, team_feed
 from gateway.http.server import Request, Responder, Stream
 from gateway.http.websocket import Session, WebSocketRoute
@@ -40,10 +39,6 @@ from gateway.wire.formats import TEAM_SSE
 log = structlog.get_logger("gateway.routes")
 
 _TEAM_EVENTS = re.compile(r"^/v1/teams/([^/]+)/events$")
-#: How many times a subscriber may overflow and catch up within the window before it
-#: is cut off as too slow.
-MAX_CATCHUPS = 3
-CATCHUP_WINDOW_SECONDS = 60.0
 _NO_SUCH_TEAM = "no such team"
 
 
@@ -111,17 +106,9 @@ class Routes:
     # -- auth ------------------------------------------------------------------------
 
     def principal(self, request: Request) -> Principal:
-        header = request.headers.get("authorization")
-        token: str | None = None
-        if header is not None:
-            scheme, _, value = header.partition(" ")
-            if scheme.lower() != "bearer" or not value.strip():
-                raise Unauthenticated("expected 'Authorization: Bearer <token>'")
-            token = value.strip()
-        else:
-            token = request.query_one("access_token")
-        if not token:
-            raise Unauthenticated("missing bearer token")
+        token = bearer_token(
+            request.headers.get("authorization"), request.query_one("access_token")
+        )
         return self.auth.verify(token)
 
     def _team_key(self, principal: Principal, team: str) -> FeedKey:
@@ -135,8 +122,7 @@ class Routes:
 
     async def team_events(self, request: Request, responder: Responder, team: str) -> None:
         principal = self.principal(request)
-        if "subscribe" not in principal.scopes:
-            raise Unauthenticated("token lacks the subscribe scope")
+        principal.require_subscribe()
         feed = self._team_key(principal, team)
         # Last-Event-ID wins over ?after= (seed rule 17).
         raw = request.headers.get("last-event-id")
@@ -169,14 +155,14 @@ class Routes:
         catches up, sends keepalives on silence and acts on state changes.
         Slow-consumer policy: a subscription whose transport buffer would pass its
         byte bound is taken off the live path; it catches up from the log by its own
-        cursor (waiting for the socket) and rejoins.  The ``MAX_CATCHUPS + 1``-th time
-        within ``CATCHUP_WINDOW_SECONDS`` it is disconnected (reason ``slow``) and the
-        client resumes from its last cursor.
+        cursor (waiting for the socket) and rejoins; :class:`Overflows` decides when it
+        is disconnected instead (reason ``slow``), and the client resumes from its last
+        cursor.
         """
         keepalive = self.settings.keepalive_seconds
         outbox = sub.outbox
         assert outbox is not None
-        overflows: list[float] = []
+        overflows = Overflows()
         timeout = self.settings.slow_client_timeout
 
         async def write(data: bytes) -> None:
@@ -201,10 +187,7 @@ class Routes:
                     await write(sub.fmt.restart(sub.feed, sub.restart_at))
                     return "epoch_restarted"
                 if sub.state is SubState.OVERFLOW:
-                    now = anyio.current_time()
-                    overflows = [t for t in overflows if now - t < CATCHUP_WINDOW_SECONDS]
-                    overflows.append(now)
-                    if len(overflows) > MAX_CATCHUPS:
+                    if overflows.too_many(anyio.current_time()):
                         self.metrics.slow_consumer_actions.labels(action="disconnect").inc()
                         return "slow"
                     sub.state = SubState.CATCHING_UP

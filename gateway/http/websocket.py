@@ -26,7 +26,7 @@ from websockets.protocol import State
 from websockets.server import ServerProtocol
 from websockets.typing import Subprotocol
 
-from gateway.auth import Authenticator, Principal
+from gateway.auth import Authenticator, Principal, bearer_token
 from gateway.config import Settings
 from gateway.cursor import Cursor, parse_cursor
 from gateway.errors import (
@@ -37,10 +37,9 @@ from gateway.errors import (
     InvalidRequest,
     MethodNotAllowed,
     NotFound,
-    Unauthenticated,
 )
 from gateway.fanout.hub import Hub
-from gateway.fanout.subscriber import Outbox, Subscription, SubState
+from gateway.fanout.subscriber import Outbox, Overflows, Subscription, SubState
 from gateway.feed import FeedKey, FeedKind, is_run_part, is_team_id
 from gateway.http.server import Request, Responder, Stream
 from gateway.metrics import Metrics
@@ -49,10 +48,6 @@ from gateway.wire.formats import TEAM_WS
 
 log = structlog.get_logger("gateway.ws")
 
-#: Subscriptions that overflow more often than this within the window close the socket
-#: with 4008 (the client resumes from its last cursors).
-MAX_CATCHUPS = 3
-CATCHUP_WINDOW_SECONDS = 60.0
 #: How long a closing socket waits for the client's close frame.
 CLOSE_TIMEOUT = 2.0
 
@@ -139,7 +134,7 @@ class Session:
         self.protocol = protocol
         self.outbox = Outbox(stream, settings.max_queue_bytes, hub.budget)
         self.entries: dict[str, _Entry] = {}
-        self._overflows: list[float] = []
+        self._overflows = Overflows()
         self._bad_messages = 0
         self._tg: anyio.abc.TaskGroup | None = None
         self._closing = False
@@ -310,12 +305,7 @@ class Session:
                     self._forget(entry)
                     return
                 if sub.state is SubState.OVERFLOW:
-                    now = anyio.current_time()
-                    self._overflows = [
-                        t for t in self._overflows if now - t < CATCHUP_WINDOW_SECONDS
-                    ]
-                    self._overflows.append(now)
-                    if len(self._overflows) > MAX_CATCHUPS:
+                    if self._overflows.too_many(anyio.current_time()):
                         self.metrics.slow_consumer_actions.labels(action="disconnect").inc()
                         self.close(CloseCode.TOO_SLOW, "too slow: resume from your last cursors")
                         return
@@ -365,8 +355,10 @@ class Session:
                 )
             )
             return
-        if "subscribe" not in fresh.scopes:
-            self._send(ws.error(str(ErrorCode.UNAUTHENTICATED), "token lacks the subscribe scope"))
+        try:
+            fresh.require_subscribe()
+        except GatewayError as exc:
+            self._send(ws.error(str(exc.code), exc.message))
             return
         self.principal = fresh
         for name in list(self.entries):
@@ -491,23 +483,13 @@ class WebSocketRoute:
         self.keepalive = Keepalive(sessions, settings.ws_ping_interval, settings.ws_ping_timeout)
 
     def _principal(self, request: Request, offered: list[str]) -> Principal:
-        header = request.headers.get("authorization")
-        token: str | None = None
-        if header is not None:
-            scheme, _, value = header.partition(" ")
-            if scheme.lower() != "bearer" or not value.strip():
-                raise Unauthenticated("expected 'Authorization: Bearer <token>'")
-            token = value.strip()
-        else:
-            for proto in offered:
-                if proto.startswith(ws.BEARER_PREFIX):
-                    token = proto[len(ws.BEARER_PREFIX) :]
-                    break
-        if not token:
-            raise Unauthenticated("missing bearer token")
+        from_subprotocol = next(
+            (p[len(ws.BEARER_PREFIX) :] for p in offered if p.startswith(ws.BEARER_PREFIX)),
+            None,
+        )
+        token = bearer_token(request.headers.get("authorization"), from_subprotocol)
         principal = self.auth.verify(token)
-        if "subscribe" not in principal.scopes:
-            raise Unauthenticated("token lacks the subscribe scope")
+        principal.require_subscribe()
         return principal
 
     async def __call__(self, request: Request, responder: Responder) -> None:

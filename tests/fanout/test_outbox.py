@@ -82,3 +82,14 @@ def test_chunked_framing_for_sse() -> None:
     o = Outbox(s, 1000, budget)  # type: ignore[arg-type]
     assert o.try_write(b"hello")
     assert s.transport.held == len(b"5\r\nhello\r\n")
+
+
+def test_the_slow_consumer_policy_counts_overflows_in_a_window() -> None:
+    from gateway.fanout.subscriber import CATCHUP_WINDOW_SECONDS, MAX_CATCHUPS, Overflows
+
+    policy = Overflows()
+    assert not any(policy.too_many(float(t)) for t in range(MAX_CATCHUPS))
+    assert policy.too_many(float(MAX_CATCHUPS))  # one more within the window
+    later = Overflows()
+    times = [i * (CATCHUP_WINDOW_SECONDS / MAX_CATCHUPS + 1) for i in range(10)]
+    assert not any(later.too_many(t) for t in times)  # spread out: never too many
