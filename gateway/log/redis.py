@@ -36,6 +36,8 @@ from gateway.cursor import Cursor
 from gateway.errors import IdempotencyKeyReused, Unavailable
 from gateway.feed import AppendResult, FeedKey, FeedState, NewItem, StoredItem
 from gateway.log.base import Batch, FeedLog, chain_next, split_known
+from gateway.log.listener import Listener
+from gateway.log.listener import connect as connect_listener
 
 _MAX_SEQ = 18446744073709551615  # stream ids are <ms>-<seq>, both 64-bit
 _SCRIPT = resources.files("gateway.log").joinpath("feed.lua").read_text()
@@ -94,7 +96,8 @@ class RedisLog(FeedLog):
         self._script = self._redis.register_script(_SCRIPT)
         self.node_id = node_id or f"{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self._wake = f"{prefix}:node:{self.node_id}:wake".encode()
-        self._pubsub: Any = None
+        self._listener: Listener | None = None
+        self._url = url
         #: Feeds the previous read followed, and their stream keys (cached).
         self._followed: set[FeedKey] = set()
         self._stream_keys: dict[FeedKey, bytes] = {}
@@ -303,17 +306,13 @@ class RedisLog(FeedLog):
     ) -> tuple[dict[FeedKey, list[StoredItem]], set[FeedKey]]:
         """Published items that continue each position, and the feeds to read instead."""
         now = anyio.current_time()
-        sweep = self._pubsub is None or now - self._last_sweep >= self.SWEEP_SECONDS
-        if self._pubsub is None:
-            pubsub = self._redis.pubsub()
-            try:
-                await pubsub.subscribe(self._wake)
-            except BaseException:
-                with contextlib.suppress(Exception):
-                    await pubsub.aclose()
-                raise
-            self._pubsub = pubsub
+        sweep = self._listener is None or now - self._last_sweep >= self.SWEEP_SECONDS
+        if self._listener is None:
+            listener = await connect_listener(self._url)
+            listener.subscribe([self._wake])
+            self._listener = listener
             self._followed = set()
+        listener = self._listener
         pushed: dict[FeedKey, list[StoredItem]] = {}
         todo: set[FeedKey] = set()
         try:
@@ -324,67 +323,64 @@ class RedisLog(FeedLog):
                 added, removed = current - self._followed, self._followed - current
                 self._followed = current
                 if added:
-                    await self._pubsub.subscribe(*(self._stream_key(f) for f in added))
+                    listener.subscribe([self._stream_key(f) for f in added])
                 if removed:
-                    await self._pubsub.unsubscribe(*(self._stream_key(f) for f in removed))
+                    listener.unsubscribe([self._stream_key(f) for f in removed])
                 todo = current if sweep else added
             if sweep:
                 self._last_sweep = now
                 return pushed, todo
-            await self._gather(positions, pushed, todo, now + block_ms / 1000)
+            await self._gather(listener, positions, pushed, todo, now + block_ms / 1000)
         except BaseException:
             # The listening connection failed (or we were cancelled mid-read): start
             # over with a fresh one, subscriptions and a full sweep.
-            pubsub, self._pubsub = self._pubsub, None
-            with contextlib.suppress(Exception):
-                await pubsub.aclose()
+            self._listener = None
+            listener.close()
             raise
         return pushed, todo
 
     async def _gather(
         self,
+        listener: Listener,
         positions: Mapping[FeedKey, Cursor],
         pushed: dict[FeedKey, list[StoredItem]],
         todo: set[FeedKey],
         deadline: float,
     ) -> None:
-        """Wait until ``deadline`` for the first message, then take what is there."""
+        """Wait (at most until ``deadline``) for messages, then take all that are there."""
         seen: dict[FeedKey, Cursor] = {}
-        for _ in range(100_000):  # bounded: at most this many messages per read
-            busy = bool(todo or pushed)
-            timeout = 0.0 if busy else max(0.0, deadline - anyio.current_time())
-            message = await self._pubsub.get_message(
-                ignore_subscribe_messages=True, timeout=timeout
-            )
-            if message is None:
-                if busy or anyio.current_time() >= deadline:
-                    return
-                continue
-            channel = message.get("channel")
-            if channel == self._wake:
+        for _ in range(1000):  # bounded; each round waits or takes messages
+            if not todo:
+                await listener.wait(max(0.0, deadline - anyio.current_time()))
+            woken = False
+            for channel, payload in listener.take():
+                if channel == self._wake:
+                    woken = True
+                    continue
+                feed = self._feeds_by_key.get(channel)
+                if feed is None or feed in todo:
+                    continue
+                pos = seen.get(feed) or positions.get(feed)
+                if pos is None:
+                    continue
+                fresh = [
+                    i
+                    for i in _announced(payload)
+                    if i.epoch > pos.epoch or (i.epoch == pos.epoch and i.offset > pos.offset)
+                ]
+                if not fresh:
+                    continue
+                first = fresh[0]
+                if (first.epoch == pos.epoch and first.offset == pos.offset + 1) or (
+                    first.epoch > pos.epoch and first.offset == 1
+                ):
+                    pushed.setdefault(feed, []).extend(fresh)
+                    seen[feed] = fresh[-1].cursor
+                else:
+                    todo.add(feed)  # something was missed: read the stream instead
+                    pushed.pop(feed, None)
+            if pushed or todo or woken or anyio.current_time() >= deadline:
                 return
-            feed = self._feeds_by_key.get(channel)
-            if feed is None or feed in todo:
-                continue
-            pos = seen.get(feed) or positions.get(feed)
-            if pos is None:
-                continue
-            items = _announced(message.get("data"))
-            fresh = [
-                i for i in items
-                if i.epoch > pos.epoch or (i.epoch == pos.epoch and i.offset > pos.offset)
-            ]
-            if not fresh:
-                continue
-            first = fresh[0]
-            if (first.epoch == pos.epoch and first.offset == pos.offset + 1) or (
-                first.epoch > pos.epoch and first.offset == 1
-            ):
-                pushed.setdefault(feed, []).extend(fresh)
-                seen[feed] = fresh[-1].cursor
-            else:
-                todo.add(feed)  # something was missed: read the stream instead
-                pushed.pop(feed, None)
 
     def _forget_keys(self, positions: Mapping[FeedKey, Cursor]) -> None:
         self._stream_keys = {f: k for f, k in self._stream_keys.items() if f in positions}
@@ -421,9 +417,8 @@ class RedisLog(FeedLog):
             await self._redis.ping()
 
     async def aclose(self) -> None:
-        with contextlib.suppress(Exception):
-            if self._pubsub is not None:
-                await self._pubsub.aclose()
+        if self._listener is not None:
+            self._listener.close()
         with contextlib.suppress(Exception):
             await self._redis.aclose()
 
