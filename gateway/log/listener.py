@@ -50,6 +50,8 @@ class Listener(asyncio.Protocol):
         self._failed: Exception | None = None
         #: Replies to commands other than (un)subscribe (AUTH), in order.
         self._replies: list[Any] = []
+        #: SUBSCRIBE confirmations still to come.
+        self._unconfirmed = 0
 
     # -- asyncio.Protocol ------------------------------------------------------------
 
@@ -65,7 +67,9 @@ class Listener(asyncio.Protocol):
                 break
             if isinstance(reply, list) and reply and reply[0] == b"message":
                 messages.append((reply[1], reply[2]))
-            elif isinstance(reply, list) and reply and reply[0] in (b"subscribe", b"unsubscribe"):
+            elif isinstance(reply, list) and reply and reply[0] == b"subscribe":
+                self._unconfirmed -= 1
+            elif isinstance(reply, list) and reply and reply[0] == b"unsubscribe":
                 continue
             else:
                 self._replies.append(reply)
@@ -99,8 +103,19 @@ class Listener(asyncio.Protocol):
         self._transport.write(_command(*args))
 
     def subscribe(self, channels: list[bytes]) -> None:
+        """Send SUBSCRIBE; :meth:`confirmed` tells when Redis has taken it."""
         for start in range(0, len(channels), 1000):  # bounded command size
             self.send("SUBSCRIBE", *channels[start : start + 1000])
+            self._unconfirmed += len(channels[start : start + 1000])
+
+    async def confirmed(self) -> None:
+        """Return once every channel subscribed so far is confirmed (bound it by the
+        caller): from then on every message published on them reaches this listener."""
+        while self._unconfirmed > 0:
+            if self._failed is not None:
+                raise self._failed
+            waiter = self._waiter = asyncio.get_running_loop().create_future()
+            await waiter
 
     def unsubscribe(self, channels: list[bytes]) -> None:
         for start in range(0, len(channels), 1000):

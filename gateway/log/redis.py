@@ -309,7 +309,13 @@ class RedisLog(FeedLog):
         sweep = self._listener is None or now - self._last_sweep >= self.SWEEP_SECONDS
         if self._listener is None:
             listener = await connect_listener(self._url)
-            listener.subscribe([self._wake])
+            try:
+                listener.subscribe([self._wake])
+                with anyio.fail_after(10):
+                    await listener.confirmed()
+            except BaseException:
+                listener.close()
+                raise
             self._listener = listener
             self._followed = set()
         listener = self._listener
@@ -324,6 +330,10 @@ class RedisLog(FeedLog):
                 self._followed = current
                 if added:
                     listener.subscribe([self._stream_key(f) for f in added])
+                    # Read the new feeds only once the subscriptions are in force, so
+                    # nothing published in between goes unseen.
+                    with anyio.fail_after(10):
+                        await listener.confirmed()
                 if removed:
                     listener.unsubscribe([self._stream_key(f) for f in removed])
                 todo = current if sweep else added
