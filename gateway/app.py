@@ -81,6 +81,7 @@ class Gateway:
         nodes) do not arrive all at once.  Returns when every stream has been ended.
         """
         self.draining = True
+        self.hub.draining = True
         self.server.stop_listening()
         closers: list[Callable[[], None]] = [session.shutdown for session in self.routes.sessions]
         ws_subs = {id(sub) for session in self.routes.sessions for sub in session.subs.values()}

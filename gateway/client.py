@@ -181,6 +181,7 @@ class FeedClient:
                 elif kind == "epoch_restarted":
                     self.cursors[feed] = frame["cursor"]
                     yield Restarted(feed, frame["cursor"])
+                    pending.add(feed)  # a not_found now is retryable, as on connect
                     await socket.send(
                         json.dumps({"type": "subscribe", "feed": feed, "after": frame["cursor"]})
                     )

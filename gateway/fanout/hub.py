@@ -19,7 +19,7 @@ import anyio
 import structlog
 
 from gateway.cursor import Cursor
-from gateway.errors import NotFound, Unavailable
+from gateway.errors import InvalidCursor, NotFound, Unavailable
 from gateway.fanout.flight import SingleFlight
 from gateway.fanout.subscriber import Chunk, Format, NodeBudget, Subscription, SubState
 from gateway.feed import FeedKey, FeedKind, FeedState, StoredItem
@@ -105,6 +105,8 @@ class Hub:
         self.channels: dict[FeedKey, Channel] = {}
         self._changed = anyio.Event()
         self._idle = anyio.Event()
+        #: Set when the node drains: no new subscriptions.
+        self.draining = False
         #: A live view of every channel's position (no copy per read).
         self._positions = _Positions(self.channels)
         # Joining clients share state reads and history pages (single flight).
@@ -130,10 +132,21 @@ class Hub:
         served on any transport (D3): it answers like a missing feed.  After
         this returns the caller must eventually call :meth:`close`.
         """
+        if self.draining:
+            raise Unavailable("this node is draining: reconnect to another")
         state = await self._state(feed)
         if state is None or (feed.kind is FeedKind.TEAM and state.host):
             raise NotFound("no such feed")
-        decision = plan(cursor, state)
+        try:
+            decision = plan(cursor, state)
+        except InvalidCursor:
+            # The state may be a read shared with joins that started before this
+            # cursor was handed out: judge the cursor against a fresh read.
+            fresh = await self.log.state(feed)
+            if fresh is None:
+                raise NotFound("no such feed") from None
+            state = fresh
+            decision = plan(cursor, state)
         if isinstance(decision, Restart):
             sub = Subscription(feed, fmt, decision.cursor)
             sub.head = state.head_cursor
@@ -183,10 +196,11 @@ class Hub:
         """
         feed = sub.feed
         for _ in range(MAX_CATCHUP_ROUNDS):
+            if sub.state is not SubState.CATCHING_UP:  # closed (drain) or restarted
+                return
             channel = self.channels.get(feed)
             if channel is None or sub not in channel.subs:  # closed meanwhile
-                if sub.state is SubState.CATCHING_UP:
-                    sub.state = SubState.CLOSED
+                sub.state = SubState.CLOSED
                 return
             if sub.position >= channel.position:
                 sub.state = SubState.LIVE
@@ -201,6 +215,13 @@ class Hub:
                 if not await self._check_position(sub):
                     return
                 continue
+            first = items[0]
+            if first.epoch != position.epoch or first.offset != position.offset + 1:
+                # Retention trimmed past the position while we were reading: the feed
+                # is complete only from the first retained item (D2, "trimmed").
+                sub.restarted(Cursor(first.epoch, first.offset - 1))
+                self.metrics.epoch_restarts.inc()
+                return
             await write(b"".join(sub.fmt.frame(feed, item) for item in items))
             sub.position = items[-1].cursor
             self.metrics.history_items.inc(len(items))
@@ -210,7 +231,9 @@ class Hub:
                 # The hand-over window: items arrived after this history read and
                 # before the attach; the next round reads them from the log.
                 self.metrics.handover_rereads.inc()
-        sub.restarted(sub.position)  # could not catch up: resume from where it is
+        # Could not catch up: end it; the client resumes from where it is.
+        sub.restarted(sub.position)
+        self.metrics.epoch_restarts.inc()
 
     def _behind(self, sub: Subscription) -> bool:
         channel = self.channels.get(sub.feed)
@@ -218,7 +241,8 @@ class Hub:
 
     async def _check_position(self, sub: Subscription) -> bool:
         """History read nothing: is the position still valid?  False if restarted."""
-        state = await self._state(sub.feed)
+        # A fresh read: a restart must not rest on a stale, shared one.
+        state = await self.log.state(sub.feed)
         pos = sub.position
         if state is not None and (
             state.epoch != pos.epoch or pos.offset + 1 < state.first or pos.offset > state.head
@@ -276,13 +300,23 @@ class Hub:
             self.last_progress = anyio.current_time()
             for feed, batch in batches.items():
                 channel = self.channels.get(feed)
-                if channel is not None:
+                if channel is None:
+                    continue
+                try:
                     self._dispatch(channel, batch)
+                except Exception:
+                    # One feed's trouble must not stop the node's reader for all.
+                    log.exception("dispatch failed", kind=feed.kind.value)
 
     def _dispatch(self, channel: Channel, batch: Batch) -> None:
-        if batch.reset is not None:
-            self._restart_all(channel, batch.reset.epoch, restart_cursor(batch.reset))
-            channel.position = batch.reset.head_cursor
+        reset = batch.reset
+        if reset is not None:
+            # What was read no longer continues what this node delivered.  A new epoch
+            # ends the subscriptions of older ones (those that joined the new one are
+            # fine); without a new epoch no position in it can be trusted, so all end.
+            newer = reset.epoch > channel.position.epoch
+            self._restart_all(channel, reset.epoch if newer else None, restart_cursor(reset))
+            channel.position = reset.head_cursor
         items = batch.items
         if not items:
             return
@@ -299,9 +333,10 @@ class Hub:
             channel.position = Cursor(first.epoch, first.offset - 1)
             self._deliver(channel, items[split:])
 
-    def _restart_all(self, channel: Channel, epoch: int, cursor: Cursor) -> None:
+    def _restart_all(self, channel: Channel, epoch: int | None, cursor: Cursor) -> None:
+        """End every live subscription of an epoch older than ``epoch`` (None: all)."""
         for sub in list(channel.subs):
-            if sub.state is SubState.LIVE and sub.position.epoch < epoch:
+            if sub.state is SubState.LIVE and (epoch is None or sub.position.epoch < epoch):
                 sub.restarted(cursor)
                 self.metrics.epoch_restarts.inc()
 

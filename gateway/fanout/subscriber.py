@@ -223,6 +223,8 @@ class Subscription:
         pos = self.position
         if chunk.epoch == pos.epoch and chunk.first == pos.offset + 1:
             data = chunk.joined  # the common case: exactly the next items, shared bytes
+        elif chunk.epoch == pos.epoch and chunk.first > pos.offset + 1:
+            return False  # a gap: off the live path (see below)
         else:
             items = chunk.items
             start = 0
@@ -233,6 +235,10 @@ class Subscription:
                 start += 1
             if start == n:
                 return True
+            if items[start].epoch != pos.epoch or items[start].offset != pos.offset + 1:
+                # The batch does not continue this subscription (the reader's position
+                # was trimmed away): take it off the live path; its catch-up finds out.
+                return False
             data = b"".join(chunk.frames[start:])
         outbox = self.outbox
         if outbox is None or not outbox.try_write(data):

@@ -31,6 +31,9 @@ MAX_HEAD_BYTES = 16 * 1024
 #: read and dropped, up to this many bytes or seconds, then the connection closes.
 DISCARD_LIMIT = 8 * 1024 * 1024
 DISCARD_SECONDS = 5.0
+#: A connection must send a complete request head within this many seconds of opening
+#: (or of its previous response): slow or idle clients do not hold connections forever.
+REQUEST_HEAD_SECONDS = 30.0
 
 
 class Request:
@@ -172,6 +175,7 @@ class HttpConnection(asyncio.Protocol):
         self._scope: anyio.CancelScope | None = None
         self._discarding = False
         self._discarded = 0
+        self._head_timer: asyncio.TimerHandle | None = None
         #: After an upgrade, the new protocol's byte handlers.
         self._on_data: Callable[[bytes], None] | None = None
         self._on_eof: Callable[[], None] | None = None
@@ -182,8 +186,25 @@ class HttpConnection(asyncio.Protocol):
         # uvloop's transports implement asyncio.Transport without subclassing it.
         self.transport = cast(asyncio.Transport, transport)
         self.server.connections.add(self)
+        self._arm_head_timer()
+
+    def _arm_head_timer(self) -> None:
+        self._disarm_head_timer()
+        loop = asyncio.get_running_loop()
+        self._head_timer = loop.call_later(REQUEST_HEAD_SECONDS, self._head_timeout)
+
+    def _disarm_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timeout(self) -> None:
+        self._head_timer = None
+        if not self._busy and not self._streaming and self.transport is not None:
+            self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm_head_timer()
         self.server.connections.discard(self)
         self.transport = None
         self.resume_writing()
@@ -244,6 +265,7 @@ class HttpConnection(asyncio.Protocol):
                 # the connection over or answers it.
                 return
             if isinstance(event, h11.Request):
+                self._disarm_head_timer()
                 headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in event.headers}
                 self._request = Request(
                     event.method.decode("ascii"),
@@ -266,6 +288,9 @@ class HttpConnection(asyncio.Protocol):
                 assert request is not None
                 request.body = bytes(self._body)
                 self._busy = True
+                # Read nothing more while the handler runs: pipelined requests wait in
+                # the kernel, not in our memory.
+                self.transport.pause_reading()
                 self.server.spawn(self._handle, request)
             elif isinstance(event, h11.ConnectionClosed):
                 if self.transport is not None:
@@ -319,6 +344,9 @@ class HttpConnection(asyncio.Protocol):
             self.transport.close()
             return
         self._busy = False
+        if self.transport is not None:
+            self.transport.resume_reading()
+            self._arm_head_timer()
         if self._h11.our_state is h11.MUST_CLOSE or self._h11.their_state is h11.MUST_CLOSE:
             if self.transport is not None:
                 self.transport.close()
@@ -355,6 +383,8 @@ class HttpConnection(asyncio.Protocol):
         head = b"HTTP/1.1 %d %s\r\n" % (status, _reason(status))
         head += b"".join(k + b": " + v + b"\r\n" for k, v in all_headers) + b"\r\n"
         self.transport.write(head)
+        # Read again (and discard): a client that goes away is noticed at once.
+        self.transport.resume_reading()
         return Stream(self, chunked)
 
     def take_over(
@@ -371,6 +401,8 @@ class HttpConnection(asyncio.Protocol):
         self._on_eof = on_eof
         self._request = None
         self._body = bytearray()
+        if self.transport is not None:
+            self.transport.resume_reading()
         return bytes(trailing), Stream(self, chunked=False)
 
     async def drain(self) -> None:

@@ -37,6 +37,7 @@ from gateway.errors import (
     InvalidRequest,
     MethodNotAllowed,
     NotFound,
+    Unavailable,
 )
 from gateway.fanout.hub import Hub
 from gateway.fanout.subscriber import Outbox, Overflows, Subscription, SubState
@@ -96,6 +97,9 @@ class _Entry:
         """The hub changed a live subscription's state: start a task to act on it."""
         session = self.session
         if self.scope is not None or session._tg is None or session._closing:
+            return
+        if session.stream.closed:  # the connection is gone: release, do not start work
+            session._forget(self)
             return
         self.scope = anyio.CancelScope()
         session._tg.start_soon(session._drive_task, self)
@@ -179,6 +183,14 @@ class Session:
         if data and not self.stream.closed:
             with contextlib.suppress(anyio.BrokenResourceError):
                 self.stream.write_nowait(b"".join(data))
+            if self.stream.buffered() > self.settings.max_queue_bytes:
+                # The client keeps asking (pings, subscribes) but does not read the
+                # answers: it may not grow our memory past its bound.
+                log.info("client does not read its replies: closing")
+                self.close_code = CloseCode.TOO_SLOW
+                self._end_subscriptions()
+                self.stream.abort()
+                self._finish()
 
     def _send(self, payload: bytes) -> None:
         """A control message, through the protocol (never blocks; small)."""
@@ -424,6 +436,11 @@ class Session:
                 self._end_subscriptions()
                 tg.cancel_scope.cancel()
         finally:
+            # Also when the connection was lost (a reset cancels us): live
+            # subscriptions keep no task, so nothing else would release them.
+            self._closing = True
+            self._tg = None
+            self._end_subscriptions()
             self.outbox.release()
 
     def final_code(self) -> int | None:
@@ -495,6 +512,8 @@ class WebSocketRoute:
     async def __call__(self, request: Request, responder: Responder) -> None:
         if request.method != "GET":
             raise MethodNotAllowed("the WebSocket route takes GET upgrades only")
+        if self.hub.draining:
+            raise Unavailable("this node is draining: reconnect to another")
         offered = _offered_subprotocols(request)
         principal = self._principal(request, offered)
         origin = request.headers.get("origin")

@@ -146,12 +146,10 @@ class RedisLog(FeedLog):
 
     @contextlib.contextmanager
     def _io(self, what: str) -> Iterator[None]:
-        try:
-            with _translate(what):
-                yield
-        except Unavailable:
-            self._suspect = True
-            raise
+        # A failed command alone is no reason to verify everything: a restart or a
+        # failover shows as a new run_id (_on_connect) or a lost listener (_listen).
+        with _translate(what):
+            yield
 
     async def _run(self, feed: FeedKey, mode: str, retention: int, items: Sequence[NewItem]) -> Any:
         known_epoch, known_offset, known_chain = split_known(self.known(feed))
@@ -341,11 +339,13 @@ class RedisLog(FeedLog):
                 self._last_sweep = now
                 return pushed, todo
             await self._gather(listener, positions, pushed, todo, now + block_ms / 1000)
-        except BaseException:
+        except BaseException as exc:
             # The listening connection failed (or we were cancelled mid-read): start
             # over with a fresh one, subscriptions and a full sweep.
             self._listener = None
             listener.close()
+            if isinstance(exc, OSError):  # ListenerLost, a timeout: Redis may have moved
+                self._suspect = True
             raise
         return pushed, todo
 
@@ -405,16 +405,35 @@ class RedisLog(FeedLog):
         self._reset_known(feed, state)
         return state
 
+    #: Feeds checked per round trip when verifying after a server change.
+    VERIFY_BATCH = 500
+
     async def verify(self, positions: Mapping[FeedKey, Cursor]) -> dict[FeedKey, Batch]:
         out: dict[FeedKey, Batch] = {}
-        for feed in list(positions):  # a live view: feeds may come and go meanwhile
-            if self.known(feed) is None:
-                continue
-            reply = await self._run(feed, "check", 1, ())
-            if reply[0] != b"absent" and reply[6] == b"rollback":
-                state = self._state(reply)
-                self._reset_known(feed, state)
-                out[feed] = Batch([], reset=state)
+        # A live view: feeds may come and go meanwhile, so take a list first.
+        feeds = [feed for feed in list(positions) if self.known(feed) is not None]
+        for start in range(0, len(feeds), self.VERIFY_BATCH):
+            chunk = feeds[start : start + self.VERIFY_BATCH]
+            with self._io("verify"):
+                async with self._redis.pipeline(transaction=False) as pipe:
+                    for feed in chunk:
+                        known_epoch, known_offset, known_chain = split_known(self.known(feed))
+                        args: list[Any] = [
+                            "check",
+                            1,
+                            known_epoch,
+                            known_offset,
+                            known_chain,
+                            0,
+                            "",
+                        ]
+                        await self._script(keys=list(self.keys(feed)), args=args, client=pipe)
+                    replies = await pipe.execute()
+            for feed, reply in zip(chunk, replies, strict=True):
+                if reply[0] != b"absent" and reply[6] == b"rollback":
+                    state = self._state(reply)
+                    self._reset_known(feed, state)
+                    out[feed] = Batch([], reset=state)
         return out
 
     async def wake(self) -> None:
