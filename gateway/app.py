@@ -133,6 +133,7 @@ async def running(
         history_page=settings.history_page,
         max_node_buffer_bytes=settings.max_node_buffer_bytes,
         max_queue_bytes=settings.max_queue_bytes,
+        linger_ms=settings.fanout_linger_ms,
         hooks=hooks,
     )
     metrics.buffered_bytes.set_function(lambda: hub.budget.total)

@@ -41,6 +41,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     max_node_buffer_bytes: int = 268_435_456
     #: Max items the node reads from Redis per feed per read.
     read_batch: int = 1_000
+    #: Milliseconds the reader lingers after a read that fanned out to few subscribers
+    #: per item (many small feeds), so that one read takes several items.
+    fanout_linger_ms: float = 2.0
     #: How long a blocking Redis read waits before it reports progress anyway.
     read_block_ms: int = 1_000
     #: Consumer name of this node in the inbox consumer groups (default: host-pid).
@@ -86,6 +89,8 @@ SETTINGS_HELP: dict[str, str] = {
     "max_node_buffer_bytes": "Outbound bytes the whole node may buffer for clients that are "
     "behind; past it, connections with buffered bytes are treated as slow.",
     "read_batch": "Most items read from Redis per feed per read.",
+    "fanout_linger_ms": "Milliseconds the reader waits after a read whose items went to "
+    "few subscribers each (many small feeds), to take more items per read; 0 disables.",
     "read_block_ms": "Longest a blocking Redis read waits before it returns empty.",
     "node_id": "This node's consumer name in the inbox consumer groups (default host-pid).",
     "inbox_claim_ms": "Inbox messages pending this long on a dead node are claimed.",
@@ -226,6 +231,8 @@ def _check(s: Settings) -> None:
     for name in positive:
         if getattr(s, name) <= 0:
             raise ValueError(f"{name} must be positive")
+    if not s.fanout_linger_ms >= 0 or s.fanout_linger_ms > 1000:
+        raise ValueError("fanout_linger_ms must be between 0 and 1000")
     for name in (
         "keepalive_seconds",
         "drain_seconds",

@@ -80,6 +80,10 @@ class _Positions(Mapping[FeedKey, Cursor]):
 class Hub:
     """Fan-out for one node.  Run :meth:`run` in the node's task group."""
 
+    #: Linger before the next read when the last one fanned out to fewer subscribers
+    #: than this per item (many small feeds); never when items go to many subscribers.
+    LINGER_BELOW = 50
+
     def __init__(
         self,
         feed_log: FeedLog,
@@ -90,6 +94,7 @@ class Hub:
         history_page: int = 500,
         max_node_buffer_bytes: int = 256 * 1024 * 1024,
         max_queue_bytes: int = 1024 * 1024,
+        linger_ms: float = 2.0,
         hooks: Hooks | None = None,
     ) -> None:
         self.log = feed_log
@@ -98,6 +103,7 @@ class Hub:
         self.read_block_ms = read_block_ms
         self.history_page = history_page
         self.hooks = hooks or Hooks()
+        self.linger = linger_ms / 1000
         #: Live writes are at most this large, so each fits a connection's bound.
         self.offer_chunk_bytes = max(1, max_queue_bytes // 4)
         #: The node-wide bound on bytes buffered for clients (shared by every outbox).
@@ -298,15 +304,23 @@ class Hub:
                 continue
             backoff = 0.05
             self.last_progress = anyio.current_time()
+            items = offers = 0
             for feed, batch in batches.items():
                 channel = self.channels.get(feed)
                 if channel is None:
                     continue
+                items += len(batch.items)
+                offers += len(channel.subs) * len(batch.items)
                 try:
                     self._dispatch(channel, batch)
                 except Exception:
                     # One feed's trouble must not stop the node's reader for all.
                     log.exception("dispatch failed", kind=feed.kind.value)
+            if items and offers < self.LINGER_BELOW * items and self.linger > 0:
+                # Few deliveries per item: the work of each read is mostly its own
+                # overhead.  Let a little more arrive first (bounded, a few ms), so
+                # that one read takes several items.
+                await anyio.sleep(self.linger)
 
     def _dispatch(self, channel: Channel, batch: Batch) -> None:
         reset = batch.reset
