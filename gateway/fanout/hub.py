@@ -36,6 +36,10 @@ MAX_CATCHUP_ROUNDS = 10_000
 
 HistoryHook = Callable[[Subscription], Awaitable[None]]
 
+#: Items in a joining client's first history page; later pages hold about PAGE_BYTES.
+FIRST_PAGE = 32
+PAGE_BYTES = 1024 * 1024
+
 
 @dataclass
 class Hooks:
@@ -201,6 +205,9 @@ class Hub:
         ``RESTARTED`` (the caller sends the restart frame and ends).
         """
         feed = sub.feed
+        # Pages are bounded by count and, adaptively, by bytes: the first page is
+        # small, later ones hold about PAGE_BYTES of the items seen so far.
+        limit = min(self.history_page, FIRST_PAGE)
         for _ in range(MAX_CATCHUP_ROUNDS):
             if sub.state is not SubState.CATCHING_UP:  # closed (drain) or restarted
                 return
@@ -214,8 +221,8 @@ class Hub:
             target = channel.position
             position = sub.position
             items = await self._pages.do(
-                (feed, position),
-                functools.partial(self.log.read, feed, position, self.history_page),
+                (feed, position, limit),
+                functools.partial(self.log.read, feed, position, limit),
             )
             if not items:
                 if not await self._check_position(sub):
@@ -228,8 +235,11 @@ class Hub:
                 sub.restarted(Cursor(first.epoch, first.offset - 1))
                 self.metrics.epoch_restarts.inc()
                 return
-            await write(b"".join(sub.fmt.frame(feed, item) for item in items))
+            page = b"".join(sub.fmt.frame(feed, item) for item in items)
+            await write(page)
             sub.position = items[-1].cursor
+            average = max(1, len(page) // len(items))
+            limit = max(1, min(self.history_page, PAGE_BYTES // average))
             self.metrics.history_items.inc(len(items))
             if self.hooks.after_history_page is not None:
                 await self.hooks.after_history_page(sub)
