@@ -170,8 +170,9 @@ async def running(
             return False, "inbox reader is not making progress"
         return True, "ok"
 
+    # A key file that is missing or broken at start-up is a configuration error.
+    authenticator = Authenticator.from_settings(settings)
     async with anyio.create_task_group() as tg:
-        authenticator = Authenticator(settings.jwt_secret)
         routes = Routes(settings, hub, publisher, authenticator, metrics, ready)
 
         def observe(request: Request, responder: Responder) -> None:
@@ -211,10 +212,15 @@ async def serve(settings: Settings) -> None:
             "no Redis URL configured: running on the embedded in-memory log; "
             "NOTHING IS DURABLE (set GATEWAY_REDIS_URL or --redis-url)"
         )
-    if settings.jwt_secret is None:
+    if (
+        settings.jwt_secret is None
+        and settings.jwt_public_key_file is None
+        and settings.jwt_jwks_file is None
+    ):
         log.warning(
             "no authenticator configured: every /v1 route answers 401; set "
-            "GATEWAY_JWT_SECRET (HS256) to accept tokens (mint one with 'gateway token')"
+            "GATEWAY_JWT_SECRET (HS256; mint tokens with 'gateway token'), "
+            "GATEWAY_JWT_PUBLIC_KEY_FILE (PEM) or GATEWAY_JWT_JWKS_FILE (JWKS) to accept tokens"
         )
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with running(settings) as node:

@@ -27,6 +27,16 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     #: Redis connections one node opens at most (callers wait for a free one).
     redis_max_connections: int = 32
     jwt_secret: str | None = None
+    #: PEM file with an RSA (RS256) or P-256 EC (ES256) public key; reloaded on change.
+    jwt_public_key_file: str | None = None
+    #: JWKS JSON file of RS256/ES256 public keys, selected by ``kid``; reloaded on change.
+    jwt_jwks_file: str | None = None
+    #: If set, tokens need an ``aud`` claim that contains it.
+    jwt_audience: str | None = None
+    #: Comma-separated ``iss`` allow-list; empty accepts any issuer.
+    jwt_issuers: str = ""
+    #: Clock skew tolerated on exp/nbf/iat, in seconds.
+    jwt_leeway_seconds: float = 5.0
     keepalive_seconds: float = 15.0
     team_retention: int = 10_000
     run_retention: int = 100_000
@@ -77,7 +87,15 @@ SETTINGS_HELP: dict[str, str] = {
     "nothing durable.",
     "redis_prefix": "Prefix of every Redis key the gateway owns.",
     "redis_max_connections": "Most Redis connections one node opens; callers wait for one.",
-    "jwt_secret": "HS256 secret for bearer tokens. Unset: every /v1 route answers 401.",
+    "jwt_secret": "HS256 secret for bearer tokens. With no secret, public key or JWKS "
+    "configured, every /v1 route answers 401.",
+    "jwt_public_key_file": "PEM file with an RSA (RS256) or P-256 EC (ES256) public key for "
+    "bearer tokens; reloaded when it changes.",
+    "jwt_jwks_file": "JWKS file of RS256/ES256 public keys for bearer tokens, picked by the "
+    "token's kid; reloaded when it changes.",
+    "jwt_audience": "If set, tokens must carry this audience in their aud claim.",
+    "jwt_issuers": "Comma-separated allow-list of token issuers (iss); empty accepts any.",
+    "jwt_leeway_seconds": "Clock skew tolerated on token exp, nbf and iat, in seconds (0-300).",
     "keepalive_seconds": "Seconds between ': keepalive' comments on idle SSE streams.",
     "team_retention": "Items kept per team feed; older ones are trimmed.",
     "run_retention": "Items kept per run feed; older ones are trimmed.",
@@ -211,6 +229,10 @@ def load(args: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = 
     return settings
 
 
+#: Upper bound of ``jwt_leeway_seconds``: more would make ``exp`` meaningless.
+MAX_LEEWAY_SECONDS = 300
+
+
 def _check(s: Settings) -> None:
     positive = (
         "port",
@@ -250,6 +272,17 @@ def _check(s: Settings) -> None:
         raise ValueError("log_format must be json, console or auto")
     if s.port > 65535:
         raise ValueError("port must be at most 65535")
+    if not 0 <= s.jwt_leeway_seconds <= MAX_LEEWAY_SECONDS:
+        raise ValueError(f"jwt_leeway_seconds must be between 0 and {MAX_LEEWAY_SECONDS}")
+    for name in ("jwt_public_key_file", "jwt_jwks_file"):
+        path = getattr(s, name)
+        if path is not None and not os.path.isfile(path):
+            raise ValueError(f"{name}: no such file: {path!r}")
+
+
+def issuers(s: Settings) -> tuple[str, ...]:
+    """The ``jwt_issuers`` allow-list; empty means any issuer."""
+    return tuple(part.strip() for part in s.jwt_issuers.split(",") if part.strip())
 
 
 def parse_serve_args(argv: Sequence[str] | None, env: Mapping[str, str] | None = None) -> Settings:

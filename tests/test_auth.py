@@ -1,6 +1,7 @@
 """Bearer tokens (D5): mint + verify, and every way a token is rejected.
 
-Pure: tokens are built with :func:`gateway.auth.mint` or with PyJWT directly.
+Pure: tokens are built with :func:`gateway.auth.mint` or with PyJWT directly; RSA and EC
+keys are generated here and written as PEM/JWKS files under ``tmp_path``.
 Every rejection is :class:`~gateway.errors.Unauthenticated` and never echoes the token.
 """
 
@@ -10,13 +11,19 @@ import base64
 import hashlib
 import hmac
 import json
+import os
 import time
+from pathlib import Path
 from typing import Any
 
 import jwt
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 
 from gateway.auth import LEEWAY_SECONDS, Authenticator, Principal, mint
+from gateway.config import Settings
 from gateway.errors import ErrorCode, Unauthenticated
 
 SECRET = "a-test-secret-that-is-long-enough-for-hs256-and-hs512-keys-0123456789"
@@ -202,3 +209,283 @@ def test_no_secret_configured_rejects_everything() -> None:
     Authenticator(SECRET).verify(good)  # a token that would otherwise be fine
     for token in (good, jwt.encode(claims(), None, algorithm="none"), "", "x"):
         rejected(token, unconfigured)
+
+
+# --------------------------------------------------------------------------- public keys
+# RS256/ES256 with keys from a PEM file or a JWKS file (reloaded when it changes).
+
+PrivateKey = rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey
+
+
+def rsa_key() -> rsa.RSAPrivateKey:
+    return rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+
+def ec_key(curve: ec.EllipticCurve | None = None) -> ec.EllipticCurvePrivateKey:
+    return ec.generate_private_key(curve or ec.SECP256R1())
+
+
+RSA_KEY = rsa_key()
+EC_KEY = ec_key()
+
+
+def pem(key: PrivateKey) -> bytes:
+    return key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+
+
+def write_pem(path: Path, key: PrivateKey) -> str:
+    path.write_bytes(pem(key))
+    return str(path)
+
+
+def jwk(key: PrivateKey, kid: str | None, alg: str | None = None) -> dict[str, Any]:
+    public = key.public_key()
+    text = (
+        RSAAlgorithm.to_jwk(public) if isinstance(public, rsa.RSAPublicKey)
+        else ECAlgorithm.to_jwk(public)
+    )
+    entry: dict[str, Any] = json.loads(text)
+    if kid is not None:
+        entry["kid"] = kid
+    if alg is not None:
+        entry["alg"] = alg
+    return entry
+
+
+def write_jwks(path: Path, *entries: dict[str, Any]) -> str:
+    path.write_text(json.dumps({"keys": list(entries)}))
+    return str(path)
+
+
+def sign(payload: dict[str, Any], key: PrivateKey, *, kid: str | None = None) -> str:
+    alg = "RS256" if isinstance(key, rsa.RSAPrivateKey) else "ES256"
+    headers = {"kid": kid} if kid is not None else None
+    return jwt.encode(payload, key, algorithm=alg, headers=headers)
+
+
+def hand_hs256(payload: dict[str, Any], secret: bytes, header: dict[str, Any]) -> str:
+    head = b64(json.dumps(header).encode())
+    body = b64(json.dumps(payload).encode())
+    mac = hmac.new(secret, f"{head}.{body}".encode(), hashlib.sha256).digest()
+    return f"{head}.{body}.{b64(mac)}"
+
+
+@pytest.mark.parametrize("key", [RSA_KEY, EC_KEY], ids=["RS256", "ES256"])
+def test_pem_public_key_verifies(tmp_path: Path, key: PrivateKey) -> None:
+    auth = Authenticator(None, public_key_file=write_pem(tmp_path / "key.pem", key))
+    assert auth.configured
+    assert auth.verify(sign(claims(), key)).subject == "alice"
+    # A token signed by another key of the same kind does not verify.
+    other = rsa_key() if isinstance(key, rsa.RSAPrivateKey) else ec_key()
+    assert "signature" in rejected(sign(claims(), other), auth)
+    # A kid names a JWKS key; a PEM key has none.
+    assert rejected(sign(claims(), key, kid="k1"), auth) == "unknown key"
+
+
+@pytest.mark.parametrize("key", [RSA_KEY, EC_KEY], ids=["RS256", "ES256"])
+def test_jwks_keys_verify_by_kid(tmp_path: Path, key: PrivateKey) -> None:
+    other = rsa_key()
+    path = write_jwks(tmp_path / "jwks.json", jwk(key, "k1"), jwk(other, "k2", "RS256"))
+    auth = Authenticator(None, jwks_file=path)
+    assert auth.verify(sign(claims(), key, kid="k1")).tenant == "acme"
+    assert auth.verify(sign(claims(), other, kid="k2")).tenant == "acme"
+    # The right key under the wrong kid, an unknown kid, no kid at all for a kid'ed key
+    # of another algorithm: all rejected.
+    rejected(sign(claims(), key, kid="k2"), auth)
+    assert rejected(sign(claims(), key, kid="nope"), auth) == "unknown key"
+    assert "signature" in rejected(sign(claims(), ec_key() if key is EC_KEY else rsa_key(),
+                                        kid="k1"), auth)
+
+
+def test_jwks_key_without_kid_matches_by_algorithm(tmp_path: Path) -> None:
+    auth = Authenticator(None, jwks_file=write_jwks(tmp_path / "j.json", jwk(EC_KEY, None)))
+    assert auth.verify(sign(claims(), EC_KEY)).subject == "alice"
+    assert "algorithm" in rejected(sign(claims(), RSA_KEY), auth)
+
+
+def test_secret_pem_and_jwks_together(tmp_path: Path) -> None:
+    rsa2 = rsa_key()
+    auth = Authenticator(
+        SECRET,
+        public_key_file=write_pem(tmp_path / "k.pem", RSA_KEY),
+        jwks_file=write_jwks(tmp_path / "j.json", jwk(rsa2, "k2"), jwk(EC_KEY, "k3")),
+    )
+    assert auth.verify(mint(SECRET, tenant="acme")).tenant == "acme"
+    assert auth.verify(sign(claims(), RSA_KEY)).subject == "alice"
+    assert auth.verify(sign(claims(), rsa2, kid="k2")).subject == "alice"
+    assert auth.verify(sign(claims(), EC_KEY, kid="k3")).subject == "alice"
+    # Without a kid, every configured key of the token's algorithm is tried.
+    assert auth.verify(sign(claims(), rsa2)).subject == "alice"
+    assert auth.verify(sign(claims(), EC_KEY)).subject == "alice"
+    rejected(sign(claims(), rsa_key()), auth)
+
+
+def test_alg_none_is_rejected_with_public_keys(tmp_path: Path) -> None:
+    auth = Authenticator(
+        SECRET,
+        public_key_file=write_pem(tmp_path / "k.pem", RSA_KEY),
+        jwks_file=write_jwks(tmp_path / "j.json", jwk(EC_KEY, "k1")),
+    )
+    body = b64(json.dumps(claims()).encode())
+    for header in ({"alg": "none"}, {"alg": "none", "kid": "k1"}, {"alg": "NONE"}):
+        rejected(f"{b64(json.dumps(header).encode())}.{body}.", auth)
+    rejected(jwt.encode(claims(), None, algorithm="none"), auth)
+
+
+@pytest.mark.parametrize("with_secret", [False, True])
+def test_hs256_signed_with_the_public_key_is_rejected(tmp_path: Path, with_secret: bool) -> None:
+    # The classic confusion: the attacker knows the public key and uses its PEM bytes as
+    # an HMAC secret.  Only the configured secret verifies HS256.
+    auth = Authenticator(
+        SECRET if with_secret else None,
+        public_key_file=write_pem(tmp_path / "k.pem", RSA_KEY),
+        jwks_file=write_jwks(tmp_path / "j.json", jwk(rsa_key(), "k1")),
+    )
+    jwks_bytes = (tmp_path / "j.json").read_bytes()
+    for secret in (pem(RSA_KEY), pem(RSA_KEY).strip(), jwks_bytes):
+        rejected(hand_hs256(claims(), secret, {"alg": "HS256", "typ": "JWT"}), auth)
+    rejected(hand_hs256(claims(), jwks_bytes, {"alg": "HS256", "kid": "k1"}), auth)
+    # The helper makes real tokens: with the right secret, one verifies.
+    if with_secret:
+        assert auth.verify(hand_hs256(claims(), SECRET.encode(), {"alg": "HS256"}))
+
+
+def test_rs256_token_with_only_a_secret_is_rejected() -> None:
+    assert "algorithm" in rejected(sign(claims(), RSA_KEY))
+
+
+def test_expiry_and_nbf_with_leeway(tmp_path: Path) -> None:
+    now = int(time.time())
+    auth = Authenticator(None, public_key_file=write_pem(tmp_path / "k.pem", RSA_KEY), leeway=30)
+    assert auth.verify(sign(claims(exp=now - 20), RSA_KEY))
+    assert auth.verify(sign(claims(nbf=now + 20), RSA_KEY))
+    assert rejected(sign(claims(exp=now - 60), RSA_KEY), auth) == "token expired"
+    assert rejected(sign(claims(nbf=now + 60), RSA_KEY), auth) == "token not yet valid"
+    strict = Authenticator(None, public_key_file=str(tmp_path / "k.pem"), leeway=0)
+    assert rejected(sign(claims(exp=now - 2), RSA_KEY), strict) == "token expired"
+    payload = claims()
+    del payload["exp"]
+    assert "exp" in rejected(sign(payload, RSA_KEY), auth)
+
+
+def test_audience(tmp_path: Path) -> None:
+    auth = Authenticator(
+        None, public_key_file=write_pem(tmp_path / "k.pem", RSA_KEY), audience="gateway"
+    )
+    assert auth.verify(sign(claims(aud="gateway"), RSA_KEY))
+    assert auth.verify(sign(claims(aud=["other", "gateway"]), RSA_KEY))
+    assert "audience" in rejected(sign(claims(aud="other"), RSA_KEY), auth)
+    assert "aud" in rejected(sign(claims(), RSA_KEY), auth)  # required when configured
+    # Without an audience configured, an aud claim is not checked.
+    assert Authenticator(None, public_key_file=str(tmp_path / "k.pem")).verify(
+        sign(claims(aud="anything"), RSA_KEY)
+    )
+
+
+def test_issuer_allow_list(tmp_path: Path) -> None:
+    auth = Authenticator(
+        SECRET,
+        public_key_file=write_pem(tmp_path / "k.pem", RSA_KEY),
+        issuers=("https://a.example", "https://b.example"),
+    )
+    assert auth.verify(sign(claims(iss="https://b.example"), RSA_KEY)).issuer == "https://b.example"
+    assert "issuer" in rejected(sign(claims(iss="https://evil.example"), RSA_KEY), auth)
+    assert "issuer" in rejected(mint(SECRET, tenant="acme"), auth)  # iss gateway-dev
+
+
+def test_jwks_is_reloaded_when_it_changes(tmp_path: Path) -> None:
+    path = tmp_path / "jwks.json"
+    write_jwks(path, jwk(RSA_KEY, "old"))
+    clock = [1000.0]
+    auth = Authenticator(None, jwks_file=str(path), clock=lambda: clock[0])
+    new_key = ec_key()
+    new_token = sign(claims(), new_key, kid="new")
+    assert auth.verify(sign(claims(), RSA_KEY, kid="old"))
+    rejected(new_token, auth)
+
+    write_jwks(path, jwk(new_key, "new"))
+    stat = os.stat(path)
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 5_000_000_000))
+    # Checked at most once per second.
+    clock[0] += 0.5
+    assert rejected(new_token, auth) == "unknown key"
+    clock[0] += 1
+    assert auth.verify(new_token).subject == "alice"
+    assert rejected(sign(claims(), RSA_KEY, kid="old"), auth) == "unknown key"
+
+    # A broken new file keeps the previous keys; so does a deleted one.
+    path.write_text("{not json")
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10_000_000_000))
+    clock[0] += 2
+    assert auth.verify(new_token)
+    path.unlink()
+    clock[0] += 2
+    assert auth.verify(new_token)
+
+
+def test_pem_is_reloaded_when_it_changes(tmp_path: Path) -> None:
+    path = tmp_path / "k.pem"
+    write_pem(path, RSA_KEY)
+    auth = Authenticator(None, public_key_file=str(path), reload_interval=0)
+    assert auth.verify(sign(claims(), RSA_KEY))
+    write_pem(path, EC_KEY)
+    os.utime(path, ns=(0, os.stat(path).st_mtime_ns + 5_000_000_000))
+    assert auth.verify(sign(claims(), EC_KEY))
+    rejected(sign(claims(), RSA_KEY), auth)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "not json",
+        json.dumps({"nokeys": []}),
+        json.dumps({"keys": []}),
+        json.dumps({"keys": [{"kty": "oct", "k": "c2VjcmV0"}]}),
+        json.dumps({"keys": [jwk(RSA_KEY, "a", alg="HS256")]}),
+        json.dumps({"keys": [jwk(RSA_KEY, "a", alg="ES256")]}),
+        json.dumps({"keys": [jwk(RSA_KEY, "a"), jwk(EC_KEY, "a")]}),
+        json.dumps({"keys": [jwk(ec_key(ec.SECP384R1()), "a")]}),
+        json.dumps({"keys": [{"kty": "RSA", "kid": "a"}]}),
+    ],
+)
+def test_bad_jwks_file_is_a_configuration_error(tmp_path: Path, content: str) -> None:
+    path = tmp_path / "jwks.json"
+    path.write_text(content)
+    with pytest.raises(ValueError, match="jwt_jwks_file"):
+        Authenticator(None, jwks_file=str(path))
+
+
+def test_jwks_skips_encryption_keys(tmp_path: Path) -> None:
+    enc = {**jwk(rsa_key(), "e", alg=None), "use": "enc", "alg": "RSA-OAEP"}
+    path = write_jwks(tmp_path / "j.json", enc, jwk(RSA_KEY, "s"))
+    assert Authenticator(None, jwks_file=path).verify(sign(claims(), RSA_KEY, kid="s"))
+
+
+def test_bad_or_missing_pem_file_is_a_configuration_error(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="jwt_public_key_file"):
+        Authenticator(None, public_key_file=str(tmp_path / "missing.pem"))
+    (tmp_path / "bad.pem").write_text("-----BEGIN PUBLIC KEY-----\nxx\n-----END PUBLIC KEY-----\n")
+    with pytest.raises(ValueError, match="jwt_public_key_file"):
+        Authenticator(None, public_key_file=str(tmp_path / "bad.pem"))
+    with pytest.raises(ValueError, match="P-256"):
+        Authenticator(None, public_key_file=write_pem(tmp_path / "p384.pem",
+                                                      ec_key(ec.SECP384R1())))
+    with pytest.raises(ValueError, match="jwt_jwks_file"):
+        Authenticator(None, jwks_file=str(tmp_path / "missing.json"))
+
+
+def test_from_settings(tmp_path: Path) -> None:
+    settings = Settings(
+        jwt_public_key_file=write_pem(tmp_path / "k.pem", RSA_KEY),
+        jwt_audience="gw",
+        jwt_issuers=" https://a.example , https://b.example,",
+        jwt_leeway_seconds=0,
+    )
+    auth = Authenticator.from_settings(settings)
+    assert auth.verify(sign(claims(aud="gw", iss="https://a.example"), RSA_KEY))
+    assert "issuer" in rejected(sign(claims(aud="gw"), RSA_KEY), auth)
+    assert "audience" in rejected(sign(claims(aud="x", iss="https://a.example"), RSA_KEY), auth)
+    assert not Authenticator.from_settings(Settings()).configured
+    rejected(sign(claims(), RSA_KEY), Authenticator.from_settings(Settings()))

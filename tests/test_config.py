@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -144,3 +145,44 @@ def test_settings_are_frozen() -> None:
     assert s.port == DEFAULTS.port
     assert not math.isnan(s.keepalive_seconds)
     assert hash(s) == hash(load({}, {}))  # frozen structs are hashable values
+
+
+def test_jwt_key_settings(tmp_path: Path) -> None:
+    pem = tmp_path / "key.pem"
+    pem.write_text("x")  # only existence is checked here; the authenticator parses it
+    jwks = tmp_path / "jwks.json"
+    jwks.write_text("{}")
+    s = load(
+        {"jwt_public_key_file": str(pem)},
+        {
+            "GATEWAY_JWT_JWKS_FILE": str(jwks),
+            "GATEWAY_JWT_AUDIENCE": "gateway",
+            "GATEWAY_JWT_ISSUERS": "https://a.example, https://b.example ,",
+            "GATEWAY_JWT_LEEWAY_SECONDS": "30",
+        },
+    )
+    assert (s.jwt_public_key_file, s.jwt_jwks_file) == (str(pem), str(jwks))
+    assert s.jwt_audience == "gateway" and s.jwt_leeway_seconds == 30.0
+    assert config.issuers(s) == ("https://a.example", "https://b.example")
+    assert config.issuers(DEFAULTS) == ()
+    assert DEFAULTS.jwt_leeway_seconds == 5
+    assert (DEFAULTS.jwt_public_key_file, DEFAULTS.jwt_jwks_file, DEFAULTS.jwt_audience) == (
+        None, None, None)
+    # Secrets stay environment-only; file paths and the rest have flags.
+    assert sorted(config.ENV_ONLY) == ["jwt_secret"]
+    s = parse_serve_args(["--jwt-public-key-file", str(pem), "--jwt-leeway-seconds", "0"], {})
+    assert s.jwt_public_key_file == str(pem) and s.jwt_leeway_seconds == 0
+
+
+@pytest.mark.parametrize("raw", ["-1", "301", "nan", "inf", "soon"])
+def test_jwt_leeway_bounds(raw: str) -> None:
+    assert "jwt_leeway_seconds" in error_of({}, {"GATEWAY_JWT_LEEWAY_SECONDS": raw})
+    assert load({}, {"GATEWAY_JWT_LEEWAY_SECONDS": "300"}).jwt_leeway_seconds == 300
+
+
+@pytest.mark.parametrize("name", ["jwt_public_key_file", "jwt_jwks_file"])
+def test_missing_key_file_names_the_setting(tmp_path: Path, name: str) -> None:
+    missing = str(tmp_path / "nope")
+    assert name in error_of({}, {env_name(name): missing})
+    assert name in error_of({name: missing}, {})
+    assert getattr(load({}, {env_name(name): ""}), name) is None
