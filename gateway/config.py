@@ -73,6 +73,14 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     #: WebSocket: comma-separated Origin allow-list; empty allows any origin (tokens,
     #: not cookies, authenticate, so a cross-site page cannot borrow a session).
     ws_origins: str = ""
+    #: Open streams (SSE streams and WebSocket sockets) one node serves at most.
+    max_connections: int = 10_000
+    #: Open streams one tenant may hold on one node.
+    max_tenant_connections: int = 1_000
+    #: Items per second one tenant may publish over HTTP (token bucket refill rate).
+    publish_rate: float = 1_000.0
+    #: Items one tenant may publish over HTTP at once (token bucket size).
+    publish_burst: int = 2_000
     #: On SIGTERM, open streams are ended spread over this many seconds.
     drain_seconds: float = 10.0
     log_format: str = "auto"
@@ -119,6 +127,14 @@ SETTINGS_HELP: dict[str, str] = {
     "ws_max_bad_messages": "WebSocket: invalid client messages answered with error frames "
     "before the socket is closed with 1008.",
     "ws_origins": "WebSocket: comma-separated Origin allow-list; empty allows any origin.",
+    "max_connections": "Open streams (SSE streams plus WebSocket sockets) one node serves; "
+    "past it new ones are refused with 429 rate_limited.",
+    "max_tenant_connections": "Open streams one tenant may hold on one node; past it that "
+    "tenant's new ones are refused with 429 rate_limited.",
+    "publish_rate": "Items per second one tenant may publish through HTTP (token bucket; "
+    "the Redis inbox and the Python producer are not limited).",
+    "publish_burst": "Items one tenant may publish through HTTP at once (token bucket size); "
+    "a request over the limit is refused whole with 429 and Retry-After.",
     "drain_seconds": "On SIGTERM, seconds over which open streams are ended (a second "
     "signal exits at once).",
     "log_format": "Log format: json, console or auto (console on a terminal).",
@@ -249,6 +265,9 @@ def _check(s: Settings) -> None:
         "read_batch",
         "read_block_ms",
         "inbox_claim_ms",
+        "max_connections",
+        "max_tenant_connections",
+        "publish_burst",
     )
     for name in positive:
         if getattr(s, name) <= 0:
@@ -266,6 +285,8 @@ def _check(s: Settings) -> None:
         # "not >" also rejects NaN; infinity is no interval either.
         if not value > 0 or math.isinf(value):
             raise ValueError(f"{name} must be a positive number of seconds")
+    if not s.publish_rate > 0 or math.isinf(s.publish_rate):
+        raise ValueError("publish_rate must be a positive number of items per second")
     if s.log_level.lower() not in ("debug", "info", "warning", "error"):
         raise ValueError("log_level must be debug, info, warning or error")
     if s.log_format not in ("json", "console", "auto"):

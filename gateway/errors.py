@@ -65,6 +65,10 @@ class GatewayError(Exception):
         """The documented HTTP error body for this error."""
         return error_body(self.code, self.message)
 
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        """Extra HTTP response headers for this error (none by default)."""
+        return []
+
 
 class Unauthenticated(GatewayError):
     code = ErrorCode.UNAUTHENTICATED
@@ -112,8 +116,20 @@ class MethodNotAllowed(GatewayError):
 
 
 class RateLimited(GatewayError):
+    """Too many connections or too many published items; ``retry_after`` in whole
+    seconds becomes a ``Retry-After`` header when set."""
+
     code = ErrorCode.RATE_LIMITED
     status = 429
+
+    def __init__(self, message: str, *, retry_after: int | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        if self.retry_after is None:
+            return []
+        return [(b"retry-after", b"%d" % self.retry_after)]
 
 
 class Unavailable(GatewayError):

@@ -96,3 +96,10 @@ class Metrics:
             ["outcome"],
             registry=r,
         )
+        self.limited = Counter(
+            "gateway_limited_total",
+            "Connections or publish requests refused with 429, by limit (connections, "
+            "tenant_connections, publish_rate).",
+            ["limit"],
+            registry=r,
+        )

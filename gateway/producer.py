@@ -12,6 +12,7 @@ Example (an agent runtime publishing straight into Redis, no HTTP hop)::
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -32,7 +33,13 @@ class Publisher:
         self.team_retention = team_retention
 
     async def publish_team_json(
-        self, tenant: str, team: str, raw: bytes, *, path: str
+        self,
+        tenant: str,
+        team: str,
+        raw: bytes,
+        *,
+        path: str,
+        admit: Callable[[int], None] | None = None,
     ) -> list[Cursor]:
         """:meth:`publish_team` for a body still in JSON text (HTTP, the inbox)."""
         try:
@@ -47,7 +54,7 @@ class Publisher:
         except InvalidRequest as exc:
             self.reject(exc, path)
             raise
-        return await self.publish_team(tenant, team, body, path=path)
+        return await self.publish_team(tenant, team, body, path=path, admit=admit)
 
     def reject(self, exc: Exception, path: str) -> None:
         """Count a rejected publish (every entry path, every reason)."""
@@ -55,14 +62,24 @@ class Publisher:
         self.metrics.publish_rejections.labels(code=str(code), path=path).inc()
 
     async def publish_team(
-        self, tenant: str, team: str, body: object, *, path: str
+        self,
+        tenant: str,
+        team: str,
+        body: object,
+        *,
+        path: str,
+        admit: Callable[[int], None] | None = None,
     ) -> list[Cursor]:
         """Validate a D4 body (one item or an array) and append it, all or nothing.
 
         Raises InvalidRequest, IdempotencyKeyReused or Unavailable.  ``path`` names the
-        entry path for metrics (http, inbox, producer).
+        entry path for metrics (http, inbox, producer).  ``admit``, if given, is called
+        with the number of items before any validation and may refuse the whole body
+        by raising (the HTTP route's publish rate limit).
         """
         try:
+            if admit is not None:
+                admit(len(body) if isinstance(body, list) else 1)
             if not is_team_id(team):
                 raise InvalidRequest("team: must be a lowercase UUID")
             try:

@@ -173,9 +173,10 @@ marks it "Phase 2, not yet available"; the gateway implements the Phase 2 behavi
 only names it in the `after` description). (3) The `access_token` query parameter, for \
 EventSource clients that cannot set headers (D5). (4) The response headers \
 `Cache-Control: no-cache` and `X-Accel-Buffering: no`. (5) Per-status error responses \
-(400 invalid_cursor, 401 unauthenticated, 404 not_found) beside the seed's 4XX, and 503 \
-unavailable / 500 internal. (6) The seed's dump lost the angle-bracket text of its cursor \
-descriptions ("its id :."); the route texts here restore it as {CURSOR_TEXT}. (7) A summary.
+(400 invalid_cursor, 401 unauthenticated, 404 not_found, 429 rate_limited) beside the \
+seed's 4XX, and 503 unavailable / 500 internal. (6) The seed's dump lost the \
+angle-bracket text of its cursor descriptions ("its id :."); the route texts here restore \
+it as {CURSOR_TEXT}. (7) A summary.
 
 **Gateway-only routes.** `POST {TEAM_EVENTS}` publishes to a team feed (D4). \
 `GET /healthz`, `GET /readyz`, `GET /metrics` and `GET /openapi.json` (this document) \
@@ -253,8 +254,11 @@ a timeout is therefore safe.
 
 The answer holds one cursor per item, in order. Needs the `publish` scope (403 \
 forbidden without it). The body limit is `GATEWAY_MAX_BODY_BYTES` (default 1048576; 413 \
-too_large beyond it). The first item that opens a feed with a `team_opened` event of \
-`kind: "host"` makes it a host team, which cannot be followed over HTTP."""
+too_large beyond it). Each tenant may publish GATEWAY_PUBLISH_RATE items per second \
+through this route, GATEWAY_PUBLISH_BURST at once (default 1000 and 2000); a request \
+over it is refused whole with 429 rate_limited and `Retry-After`. The first item that \
+opens a feed with a `team_opened` event of `kind: "host"` makes it a host team, which \
+cannot be followed over HTTP."""
 
 
 def team_get(seed: dict[str, Any], known: set[str]) -> dict[str, Any]:
@@ -323,6 +327,13 @@ def team_get(seed: dict[str, Any], known: set[str]) -> dict[str, Any]:
             ["not_found"],
             known,
         ),
+        "429": error_response(
+            "rate_limited: the node already serves GATEWAY_MAX_CONNECTIONS streams, or the "
+            "caller's tenant GATEWAY_MAX_TENANT_CONNECTIONS on this node (SSE streams and "
+            "WebSocket sockets count together); refused before the stream starts.",
+            ["rate_limited"],
+            known,
+        ),
         "4XX": seed_4xx,
         "500": error_response("internal: an unexpected error.", ["internal"], known),
         "503": error_response(
@@ -360,6 +371,7 @@ def team_post(seed: dict[str, Any], known: set[str]) -> dict[str, Any]:
         "idempotency_key_reused",
         "too_large",
         "unsupported_media_type",
+        "rate_limited",
         "unavailable",
     ]
     return {
@@ -422,6 +434,7 @@ def team_post(seed: dict[str, Any], known: set[str]) -> dict[str, Any]:
                 ["unsupported_media_type"],
                 known,
             ),
+            "429": rate_limited_publish(known),
             "500": error_response("internal: an unexpected error.", ["internal"], known),
             "503": error_response(
                 "unavailable: the feed store could not be reached or rejected the append; "
@@ -431,6 +444,23 @@ def team_post(seed: dict[str, Any], known: set[str]) -> dict[str, Any]:
             ),
         },
     }
+
+
+def rate_limited_publish(known: set[str]) -> dict[str, Any]:
+    response = error_response(
+        "rate_limited: the request's items exceed the caller's tenant's token bucket "
+        "(GATEWAY_PUBLISH_RATE items per second, GATEWAY_PUBLISH_BURST at once). The "
+        "request is refused whole: nothing of the body was appended.",
+        ["rate_limited"],
+        known,
+    )
+    response["headers"] = {
+        "Retry-After": {
+            "description": "Whole seconds until the request could be admitted.",
+            "schema": {"type": "integer", "minimum": 1},
+        }
+    }
+    return response
 
 
 def operational_paths() -> dict[str, Any]:

@@ -200,7 +200,7 @@ def test_team_get_matches_the_seed(doc: dict[str, Any], seed: dict[str, Any]) ->
     assert ours["responses"]["4XX"] == theirs["responses"]["4XX"]
     name = "SubscribeTeamError"
     assert doc["components"]["responses"][name] == seed["components"]["responses"][name]
-    assert set(ours["responses"]) == {"200", "400", "401", "404", "4XX", "500", "503"}
+    assert set(ours["responses"]) == {"200", "400", "401", "404", "429", "4XX", "500", "503"}
 
 
 def _codes(response: dict[str, Any]) -> list[str]:
@@ -214,6 +214,7 @@ def test_team_error_responses(doc: dict[str, Any]) -> None:
     assert _codes(responses["400"]) == ["invalid_cursor"]
     assert _codes(responses["401"]) == ["unauthenticated"]
     assert _codes(responses["404"]) == ["not_found"]
+    assert _codes(responses["429"]) == ["rate_limited"]
     publish = doc["paths"][TEAM_EVENTS]["post"]["responses"]
     expected = {
         "400": "invalid_request",
@@ -223,6 +224,7 @@ def test_team_error_responses(doc: dict[str, Any]) -> None:
         "409": "idempotency_key_reused",
         "413": "too_large",
         "415": "unsupported_media_type",
+        "429": "rate_limited",
         "500": "internal",
         "503": "unavailable",
     }
@@ -266,7 +268,7 @@ def test_every_error_response_accepts_exactly_its_codes(
             assert not check.is_valid({"error": {"code": code}}), where
         assert not check.is_valid({"error": {"code": "no_such_code", "message": "m"}}), where
         seen += 1
-    assert seen == 15  # GET: 400 401 404 4XX 500 503; POST: nine
+    assert seen == 17  # GET: 400 401 404 429 4XX 500 503; POST: ten
 
 
 def test_gateway_error_codes_are_the_additions(doc: dict[str, Any], seed: dict[str, Any]) -> None:

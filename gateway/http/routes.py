@@ -31,6 +31,7 @@ from gateway.fanout.subscriber import Outbox, Overflows, Subscription, SubState
 from gateway.feed import FeedKey, is_team_id, team_feed
 from gateway.http.server import Request, Responder, Stream
 from gateway.http.websocket import Session, WebSocketRoute
+from gateway.limits import ConnectionLimits, PublishRate
 from gateway.metrics import Metrics
 from gateway.producer import Publisher
 from gateway.wire import sse
@@ -63,7 +64,21 @@ class Routes:
         self.ready = ready
         #: Open WebSocket sessions (for draining).
         self.sessions: set[Session] = set()
-        self.websocket = WebSocketRoute(settings, hub, authenticator, metrics, self.sessions)
+
+        def limited(limit: str) -> None:
+            metrics.limited.labels(limit=limit).inc()
+
+        #: Open streams (SSE and WebSocket) per node and per tenant, shared by both routes.
+        self.limits = ConnectionLimits(
+            settings.max_connections, settings.max_tenant_connections, limited
+        )
+        #: Items per tenant through HTTP publishing (not the inbox or the producer: D4).
+        self.publish_rate = PublishRate(
+            settings.publish_rate, settings.publish_burst, on_limited=limited
+        )
+        self.websocket = WebSocketRoute(
+            settings, hub, authenticator, metrics, self.sessions, self.limits
+        )
 
     # -- dispatch --------------------------------------------------------------------
 
@@ -129,24 +144,27 @@ class Routes:
         if raw is None:
             raw = request.query_one("after")
         cursor = parse_cursor(raw) if raw is not None else None
-        try:
-            sub = await self.hub.open(feed, cursor, TEAM_SSE)
-        except NotFound:
-            raise NotFound(_NO_SUCH_TEAM) from None
-        try:
-            stream = responder.stream(200, sse.HEADERS)
-            outbox = Outbox(stream, self.settings.max_queue_bytes, self.hub.budget)
-            sub.outbox = outbox
-            self.metrics.connections.labels(transport="sse").inc()
+        # Refused (429) before the stream starts; the lease is given back on every
+        # exit path (client gone, errors, cancellation).
+        with self.limits.acquire(principal.tenant):
             try:
-                reason = await self._follow(sub, stream)
+                sub = await self.hub.open(feed, cursor, TEAM_SSE)
+            except NotFound:
+                raise NotFound(_NO_SUCH_TEAM) from None
+            try:
+                stream = responder.stream(200, sse.HEADERS)
+                outbox = Outbox(stream, self.settings.max_queue_bytes, self.hub.budget)
+                sub.outbox = outbox
+                self.metrics.connections.labels(transport="sse").inc()
+                try:
+                    reason = await self._follow(sub, stream)
+                finally:
+                    outbox.release()
+                    self.metrics.connections.labels(transport="sse").dec()
+                self.metrics.disconnects.labels(transport="sse", reason=reason).inc()
+                stream.end()
             finally:
-                outbox.release()
-                self.metrics.connections.labels(transport="sse").dec()
-            self.metrics.disconnects.labels(transport="sse", reason=reason).inc()
-            stream.end()
-        finally:
-            self.hub.close(sub)
+                self.hub.close(sub)
 
     async def _follow(self, sub: Subscription, stream: Stream) -> str:
         """Serve one subscription until it ends; returns the disconnect reason.
@@ -216,8 +234,13 @@ class Routes:
         except UnsupportedMediaType as exc:
             self.publisher.reject(exc, "http")
             raise
+        tenant = feed.tenant
+
+        def admit(items: int) -> None:
+            self.publish_rate.take(tenant, items)
+
         cursors = await self.publisher.publish_team_json(
-            feed.tenant, feed.id, request.body, path="http"
+            tenant, feed.id, request.body, path="http", admit=admit
         )
         responder.send(200, msgspec.json.encode({"cursors": [str(c) for c in cursors]}))
 

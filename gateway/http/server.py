@@ -141,7 +141,7 @@ class Responder:
         self._conn.send_simple(status, all_headers, body)
 
     def error(self, exc: GatewayError) -> None:
-        self.send(exc.status, exc.body())
+        self.send(exc.status, exc.body(), headers=exc.headers())
 
     def take_over(
         self, on_data: Callable[[bytes], None], on_eof: Callable[[], None]

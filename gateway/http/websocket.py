@@ -43,6 +43,7 @@ from gateway.fanout.hub import Hub
 from gateway.fanout.subscriber import Outbox, Overflows, Subscription, SubState
 from gateway.feed import FeedKey, FeedKind, is_run_part, is_team_id
 from gateway.http.server import Request, Responder, Stream
+from gateway.limits import ConnectionLimits
 from gateway.metrics import Metrics
 from gateway.wire import ws
 from gateway.wire.formats import TEAM_WS
@@ -489,12 +490,14 @@ class WebSocketRoute:
         authenticator: Authenticator,
         metrics: Metrics,
         sessions: set[Session],
+        limits: ConnectionLimits,
     ) -> None:
         self.settings = settings
         self.hub = hub
         self.auth = authenticator
         self.metrics = metrics
         self.sessions = sessions
+        self.limits = limits
         self.origins = [o.strip() for o in settings.ws_origins.split(",") if o.strip()]
         #: Run :meth:`Keepalive.run` in the node's task group.
         self.keepalive = Keepalive(sessions, settings.ws_ping_interval, settings.ws_ping_timeout)
@@ -535,44 +538,47 @@ class WebSocketRoute:
             state=State.OPEN,
             max_size=self.settings.ws_max_message_bytes,
         )
-        session: Session | None = None
-        pending: list[bytes] = []
+        # Refused (429) before the upgrade; the lease is given back on every exit
+        # path (client gone, errors, cancellation).
+        with self.limits.acquire(principal.tenant):
+            session: Session | None = None
+            pending: list[bytes] = []
 
-        def on_data(data: bytes) -> None:
-            if session is None:
-                pending.append(data)
-            else:
-                session.on_data(data)
+            def on_data(data: bytes) -> None:
+                if session is None:
+                    pending.append(data)
+                else:
+                    session.on_data(data)
 
-        def on_eof() -> None:
-            if session is not None:
-                session.on_eof()
+            def on_eof() -> None:
+                if session is not None:
+                    session.on_eof()
 
-        trailing, stream = responder.take_over(on_data, on_eof)
-        stream.write_nowait(response.serialize())
-        # Idle sockets are many: keep nothing of the handshake alive.
-        del handshake, headers, response
-        request.headers.clear()
-        session = Session(
-            hub=self.hub,
-            authenticator=self.auth,
-            settings=self.settings,
-            metrics=self.metrics,
-            principal=principal,
-            stream=stream,
-            protocol=protocol,
-        )
-        self.sessions.add(session)
-        self.metrics.connections.labels(transport="ws").inc()
-        try:
-            await session.run(trailing + b"".join(pending))
-        finally:
-            # Also when the transport's loss cancelled us: the reason is what the
-            # server decided before closing, if anything.
-            self.sessions.discard(session)
-            self.metrics.connections.labels(transport="ws").dec()
-            reason = _reason(session.final_code())
-            self.metrics.disconnects.labels(transport="ws", reason=reason).inc()
+            trailing, stream = responder.take_over(on_data, on_eof)
+            stream.write_nowait(response.serialize())
+            # Idle sockets are many: keep nothing of the handshake alive.
+            del handshake, headers, response
+            request.headers.clear()
+            session = Session(
+                hub=self.hub,
+                authenticator=self.auth,
+                settings=self.settings,
+                metrics=self.metrics,
+                principal=principal,
+                stream=stream,
+                protocol=protocol,
+            )
+            self.sessions.add(session)
+            self.metrics.connections.labels(transport="ws").inc()
+            try:
+                await session.run(trailing + b"".join(pending))
+            finally:
+                # Also when the transport's loss cancelled us: the reason is what the
+                # server decided before closing, if anything.
+                self.sessions.discard(session)
+                self.metrics.connections.labels(transport="ws").dec()
+                reason = _reason(session.final_code())
+                self.metrics.disconnects.labels(transport="ws", reason=reason).inc()
 
 
 def _select_gateway_v1(
