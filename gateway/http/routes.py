@@ -8,6 +8,7 @@ publisher.  Errors before a stream starts are JSON ``{"error": {code, message}}`
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Awaitable, Callable
 from importlib import resources
 
@@ -157,7 +158,7 @@ class Routes:
                 sub.outbox = outbox
                 self.metrics.connections.labels(transport="sse").inc()
                 try:
-                    reason = await self._follow(sub, stream)
+                    reason = await self._follow(sub, stream, principal.expires_at)
                 finally:
                     outbox.release()
                     self.metrics.connections.labels(transport="sse").dec()
@@ -166,8 +167,11 @@ class Routes:
             finally:
                 self.hub.close(sub)
 
-    async def _follow(self, sub: Subscription, stream: Stream) -> str:
+    async def _follow(self, sub: Subscription, stream: Stream, expires_at: float) -> str:
         """Serve one subscription until it ends; returns the disconnect reason.
+
+        The stream ends when the token expires (``expires_at``, wall clock): the client
+        reconnects with a fresh token and its cursor (reason ``auth``).
 
         Live items are written by the hub straight into the transport; this task
         catches up, sends keepalives on silence and acts on state changes.
@@ -194,7 +198,10 @@ class Routes:
                     await self.hub.catch_up(sub, write)
                     outbox.wrote = True
                 if sub.state is SubState.LIVE:
-                    if not await sub.wait(keepalive) and not outbox.wrote:
+                    left = expires_at - time.time()
+                    if left <= 0:
+                        return "auth"
+                    if not await sub.wait(min(keepalive, left)) and not outbox.wrote:
                         # Through the outbox, so a keepalive never passes the bound; when
                         # it is refused the client has unread data anyway.
                         outbox.try_write(sse.KEEPALIVE)

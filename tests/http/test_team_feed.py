@@ -370,3 +370,17 @@ async def test_many_followers_share_one_reader(node: Gateway, client: httpx.Asyn
     assert len(set(results[0])) == 11
     # The live items were read from the log once for all 20 followers.
     assert metric(node, "gateway_items_read_total") == 10
+
+
+async def test_stream_ends_when_the_token_expires(node: Gateway, client: httpx.AsyncClient) -> None:
+    team = ev.team_id()
+    [cursor] = await publish(client, team, [ev.item()])
+    got: list[str] = []
+    with anyio.fail_after(10):  # ends at exp (2 s), not at the client's timeout
+        async with aconnect_sse(
+            client, "GET", f"/v1/teams/{team}/events", headers=auth(ttl=2)
+        ) as source:
+            async for sse in source.aiter_sse():
+                got.append(sse.id)
+    assert got == [cursor]  # then the server ended the stream
+    assert metric(node, "gateway_disconnects_total", transport="sse", reason="auth") == 1
