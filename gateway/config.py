@@ -81,6 +81,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     publish_rate: float = 1_000.0
     #: Items one tenant may publish over HTTP at once (token bucket size).
     publish_burst: int = 2_000
+    #: Comma-separated origins allowed to follow SSE routes from a browser (CORS); empty
+    #: (the default) sends no CORS headers; "*" allows any origin.
+    cors_origins: str = ""
     #: On SIGTERM, open streams are ended spread over this many seconds.
     drain_seconds: float = 10.0
     log_format: str = "auto"
@@ -135,6 +138,8 @@ SETTINGS_HELP: dict[str, str] = {
     "the Redis inbox and the Python producer are not limited).",
     "publish_burst": "Items one tenant may publish through HTTP at once (token bucket size); "
     "a request over the limit is refused whole with 429 and Retry-After.",
+    "cors_origins": "Comma-separated origins allowed to follow SSE routes from a browser "
+    "(CORS); empty (default) sends no CORS headers; '*' allows any origin.",
     "drain_seconds": "On SIGTERM, seconds over which open streams are ended (a second "
     "signal exits at once).",
     "log_format": "Log format: json, console or auto (console on a terminal).",

@@ -63,6 +63,10 @@ class Routes:
         self.auth = authenticator
         self.metrics = metrics
         self.ready = ready
+        #: Origins allowed to read the SSE routes from a browser (CORS); empty: none.
+        self.cors_origins = frozenset(
+            o.strip() for o in settings.cors_origins.split(",") if o.strip()
+        )
         #: Open WebSocket sessions (for draining).
         self.sessions: set[Session] = set()
 
@@ -90,6 +94,8 @@ class Routes:
             team = match.group(1)
             if request.method == "GET":
                 await self.team_events(request, responder, team)
+            elif request.method == "OPTIONS" and self.cors_origins:
+                self.preflight(request, responder)
             elif request.method == "POST":
                 await self.publish_team(request, responder, team)
             else:
@@ -118,6 +124,36 @@ class Routes:
             responder.send(200, _OPENAPI)
         else:
             raise NotFound("no such route")
+
+    # -- CORS (SSE routes only; off unless GATEWAY_CORS_ORIGINS is set) -------------
+
+    def _allowed_origin(self, request: Request) -> str | None:
+        origin = request.headers.get("origin")
+        if origin is None or not self.cors_origins:
+            return None
+        if "*" in self.cors_origins or origin in self.cors_origins:
+            return origin
+        return None
+
+    def cors_headers(self, request: Request) -> list[tuple[bytes, bytes]]:
+        origin = self._allowed_origin(request)
+        if origin is None:
+            return []
+        return [
+            (b"access-control-allow-origin", origin.encode("latin-1")),
+            (b"vary", b"Origin"),
+        ]
+
+    def preflight(self, request: Request, responder: Responder) -> None:
+        """Answer a browser's CORS preflight for following an SSE route."""
+        headers = self.cors_headers(request)
+        if headers:
+            headers += [
+                (b"access-control-allow-methods", b"GET"),
+                (b"access-control-allow-headers", b"Authorization, Last-Event-ID"),
+                (b"access-control-max-age", b"600"),
+            ]
+        responder.send(204, b"", headers=headers)
 
     # -- auth ------------------------------------------------------------------------
 
@@ -153,7 +189,7 @@ class Routes:
             except NotFound:
                 raise NotFound(_NO_SUCH_TEAM) from None
             try:
-                stream = responder.stream(200, sse.HEADERS)
+                stream = responder.stream(200, sse.HEADERS + self.cors_headers(request))
                 outbox = Outbox(stream, self.settings.max_queue_bytes, self.hub.budget)
                 sub.outbox = outbox
                 self.metrics.connections.labels(transport="sse").inc()

@@ -136,7 +136,10 @@ class Responder:
             raise RuntimeError("response already started")
         self.started = True
         self.status = status
-        all_headers = [(b"content-type", content_type), (b"content-length", b"%d" % len(body))]
+        if status == 204:  # no content: no body, no content headers
+            all_headers = []
+        else:
+            all_headers = [(b"content-type", content_type), (b"content-length", b"%d" % len(body))]
         all_headers += headers or []
         self._conn.send_simple(status, all_headers, body)
 
@@ -414,7 +417,7 @@ class HttpConnection(asyncio.Protocol):
 
 
 _REASONS = {
-    200: b"OK", 400: b"Bad Request", 401: b"Unauthorized", 403: b"Forbidden",
+    200: b"OK", 204: b"No Content", 400: b"Bad Request", 401: b"Unauthorized", 403: b"Forbidden",
     404: b"Not Found", 405: b"Method Not Allowed", 409: b"Conflict", 413: b"Content Too Large",
     415: b"Unsupported Media Type", 429: b"Too Many Requests",
     431: b"Request Header Fields Too Large",
