@@ -67,7 +67,10 @@ class Gateway:
     port: int
     inbox: Inbox | None
     routes: Routes
-    draining: bool = False
+
+    @property
+    def draining(self) -> bool:
+        return self.hub.draining
 
     @property
     def url(self) -> str:
@@ -80,7 +83,6 @@ class Gateway:
         clients; the open streams end in slices so that their reconnects (to other
         nodes) do not arrive all at once.  Returns when every stream has been ended.
         """
-        self.draining = True
         self.hub.draining = True
         self.server.stop_listening()
         closers: list[Callable[[], None]] = [session.shutdown for session in self.routes.sessions]
@@ -150,11 +152,9 @@ async def running(
             block_ms=settings.read_block_ms,
         )
 
-    node_ref: list[Gateway] = []
-
     async def ready() -> tuple[bool, str]:
         now = anyio.current_time()
-        if node_ref and node_ref[0].draining:
+        if hub.draining:
             return False, "draining"
         if isinstance(feed_log, RedisLog):
             try:
@@ -194,7 +194,6 @@ async def running(
             tg.start_soon(inbox.run)
         port = await server.start(settings.host, settings.port)
         node = Gateway(settings, feed_log, metrics, hub, publisher, server, port, inbox, routes)
-        node_ref.append(node)
         try:
             yield node
         finally:

@@ -13,14 +13,7 @@ from gateway import auth, config
 
 
 def _serve(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog="gateway serve",
-        description="Run the gateway. Every setting is a flag or a GATEWAY_* variable; "
-        "a flag wins over its variable.",
-        epilog=config.env_only_help(),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    config.add_arguments(parser)
+    parser = config.serve_parser()
     ns = parser.parse_args(list(argv))
     try:
         settings = config.load(vars(ns))

@@ -311,8 +311,19 @@ def issuers(s: Settings) -> tuple[str, ...]:
     return tuple(part.strip() for part in s.jwt_issuers.split(",") if part.strip())
 
 
-def parse_serve_args(argv: Sequence[str] | None, env: Mapping[str, str] | None = None) -> Settings:
-    parser = argparse.ArgumentParser(prog="gateway serve")
+def serve_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``gateway serve`` (every setting, env-only ones in the epilog)."""
+    parser = argparse.ArgumentParser(
+        prog="gateway serve",
+        description="Run the gateway. Every setting is a flag or a GATEWAY_* variable; "
+        "a flag wins over its variable.",
+        epilog=env_only_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_arguments(parser)
-    ns = parser.parse_args(argv)
+    return parser
+
+
+def parse_serve_args(argv: Sequence[str] | None, env: Mapping[str, str] | None = None) -> Settings:
+    ns = serve_parser().parse_args(argv)
     return load(vars(ns), env)

@@ -29,8 +29,7 @@ class Transport(Protocol):
     @property
     def transport(self) -> asyncio.Transport | None: ...
 
-    @property
-    def chunked(self) -> bool: ...
+    def raw_writer(self) -> Callable[[bytes], None]: ...
 
 
 class NodeBudget:
@@ -61,17 +60,17 @@ class Outbox:
     """One connection's outbound byte bound; shared by the connection's subscriptions.
 
     It writes straight to the asyncio transport (the hot path of fan-out: one write per
-    connection per batch), framing HTTP/1.1 chunks itself for SSE.
+    connection per batch) with the stream's framing (HTTP/1.1 chunks for SSE).
     """
 
-    __slots__ = ("_budget", "_chunked", "_transport", "counted", "max_bytes", "wrote")
+    __slots__ = ("_budget", "_transport", "_write", "counted", "max_bytes", "wrote")
 
     def __init__(self, stream: Transport, max_bytes: int, budget: NodeBudget) -> None:
         transport = stream.transport
         if transport is None:
             raise anyio.BrokenResourceError
         self._transport = transport
-        self._chunked = stream.chunked
+        self._write = stream.raw_writer()
         self._budget = budget
         self.max_bytes = max_bytes
         self.counted = 0
@@ -96,10 +95,7 @@ class Outbox:
             return False
         if transport.is_closing():
             return True  # the connection is going; its task ends with it
-        if self._chunked:
-            transport.writelines((b"%x\r\n" % len(data), data, b"\r\n"))
-        else:
-            transport.write(data)
+        self._write(data)
         self.wrote = True
         if self.counted or transport.get_write_buffer_size():
             self.recount()

@@ -60,6 +60,20 @@ Handler = Callable[[Request, "Responder"], Awaitable[None]]
 RequestTask = Callable[[Request], Coroutine[Any, Any, None]]
 
 
+def body_writer(transport: asyncio.Transport, chunked: bool) -> Callable[[bytes], None]:
+    """A write to ``transport`` in the body's framing (HTTP/1.1 chunks or raw bytes).
+
+    The one place chunks are framed: streams and the fan-out's outboxes both use it.
+    """
+    if not chunked:
+        return transport.write
+
+    def write_chunk(data: bytes) -> None:
+        transport.writelines((b"%x\r\n" % len(data), data, b"\r\n"))
+
+    return write_chunk
+
+
 class Stream:
     """A response body of unknown length (SSE).  Write, then :meth:`end`."""
 
@@ -75,13 +89,17 @@ class Stream:
         await self._conn.drain()
 
     def write_nowait(self, data: bytes) -> None:
-        conn = self._conn
-        if conn.transport is None or conn.transport.is_closing():
+        transport = self._conn.transport
+        if transport is None or transport.is_closing():
             raise anyio.BrokenResourceError
-        if self._chunked:
-            conn.transport.writelines((b"%x\r\n" % len(data), data, b"\r\n"))
-        else:
-            conn.transport.write(data)
+        body_writer(transport, self._chunked)(data)
+
+    def raw_writer(self) -> Callable[[bytes], None]:
+        """The unchecked write of this body's framing, for the fan-out's hot path."""
+        transport = self._conn.transport
+        if transport is None:
+            raise anyio.BrokenResourceError
+        return body_writer(transport, self._chunked)
 
     def buffered(self) -> int:
         """Bytes written but not yet taken by the kernel."""
@@ -93,10 +111,6 @@ class Stream:
         """The connection's transport (None once the connection is lost)."""
         return self._conn.transport
 
-    @property
-    def chunked(self) -> bool:
-        """Whether writes are framed as HTTP/1.1 chunks."""
-        return self._chunked
 
     def abort(self) -> None:
         """Drop the connection at once (a dead or hostile peer)."""

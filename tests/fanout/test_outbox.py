@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from gateway.fanout.subscriber import NodeBudget, Outbox
+from gateway.http.server import body_writer
 
 
 class Transport:
@@ -32,6 +35,9 @@ class Stream:
     def __init__(self, chunked: bool = False) -> None:
         self.transport = Transport()
         self.chunked = chunked
+
+    def raw_writer(self) -> Callable[[bytes], None]:
+        return body_writer(self.transport, self.chunked)  # type: ignore[arg-type]
 
 
 def test_a_connection_never_holds_more_than_its_bound() -> None:
