@@ -8,6 +8,7 @@ import signal
 import sys
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from typing import TextIO
 
 import anyio
 import anyio.abc
@@ -17,6 +18,7 @@ from gateway.auth import Authenticator
 from gateway.config import Settings
 from gateway.errors import Unavailable
 from gateway.fanout.hub import Hooks, Hub
+from gateway.feed import FeedKind
 from gateway.http.routes import Routes
 from gateway.http.server import HttpServer, Request, Responder
 from gateway.log.base import FeedLog
@@ -28,16 +30,22 @@ from gateway.producer import Publisher
 
 log = structlog.get_logger("gateway")
 
-#: Readiness fails when a read loop has not completed a read for this long.
-STUCK_AFTER_SECONDS = 30.0
+def configure_logging(settings: Settings, stream: TextIO | None = None) -> None:
+    """Log with structlog to ``stream`` (default stderr): one JSON object per line
+    (production), or coloured console lines (``auto``: when the stream is a terminal).
 
-
-def configure_logging(settings: Settings) -> None:
+    Lines carry the context bound with ``structlog.contextvars`` in the emitting task
+    (a connection's ``conn_id``, ``transport``, ``tenant``, ``remote``).
+    """
+    out = sys.stderr if stream is None else stream
     fmt = settings.log_format
     if fmt == "auto":
-        fmt = "console" if sys.stderr.isatty() else "json"
-    renderer: structlog.types.Processor = (
-        structlog.dev.ConsoleRenderer() if fmt == "console" else structlog.processors.JSONRenderer()
+        fmt = "console" if out.isatty() else "json"
+    tail: list[structlog.types.Processor] = (
+        # The console renderer formats exceptions itself.
+        [structlog.dev.ConsoleRenderer()]
+        if fmt == "console"
+        else [structlog.processors.format_exc_info, structlog.processors.JSONRenderer()]
     )
     level = logging.getLevelNamesMapping().get(settings.log_level.upper(), logging.INFO)
     structlog.configure(
@@ -45,11 +53,10 @@ def configure_logging(settings: Settings) -> None:
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            renderer,
+            *tail,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(out),
         cache_logger_on_first_use=False,
     )
 
@@ -127,6 +134,8 @@ async def running(
     """
     metrics = metrics or Metrics()
     feed_log = feed_log or build_log(settings)
+    if isinstance(feed_log, RedisLog) and feed_log.metrics is None:
+        feed_log.metrics = metrics
     hub = Hub(
         feed_log,
         metrics,
@@ -139,21 +148,36 @@ async def running(
         hooks=hooks,
     )
     metrics.buffered_bytes.set_function(lambda: hub.budget.total)
-    publisher = Publisher(feed_log, metrics, team_retention=settings.team_retention)
-    inbox: Inbox | None = None
+    publisher = Publisher(
+        feed_log,
+        metrics,
+        team_retention=settings.team_retention,
+        run_retention=settings.run_retention,
+        run_finished_ttl=settings.run_finished_ttl_seconds,
+        agui_strict=settings.agui_strict,
+    )
+    # One inbox per feed kind (team, run) when the log is Redis.
+    inboxes: list[Inbox] = []
     if isinstance(feed_log, RedisLog):
-        inbox = Inbox(
-            feed_log,
-            publisher,
-            metrics,
-            prefix=settings.redis_prefix,
-            max_body_bytes=settings.max_body_bytes,
-            claim_ms=settings.inbox_claim_ms,
-            block_ms=settings.read_block_ms,
-        )
+        inboxes = [
+            Inbox(
+                feed_log,
+                publisher,
+                metrics,
+                prefix=settings.redis_prefix,
+                max_body_bytes=settings.max_body_bytes,
+                claim_ms=settings.inbox_claim_ms,
+                block_ms=settings.read_block_ms,
+                kind=kind,
+            )
+            for kind in (FeedKind.TEAM, FeedKind.RUN)
+        ]
 
-    async def ready() -> tuple[bool, str]:
-        now = anyio.current_time()
+    # A read loop that has not completed a read (an empty one counts) for this long is
+    # stuck: a blocking read returns within read_block_ms.
+    stalled_after = settings.ready_stall_seconds + settings.read_block_ms / 1000
+
+    async def check() -> tuple[bool, str]:
         if hub.draining:
             return False, "draining"
         if isinstance(feed_log, RedisLog):
@@ -162,13 +186,18 @@ async def running(
                     await feed_log.ping()
             except (Unavailable, TimeoutError):
                 return False, "redis does not answer"
-        if now - hub.last_progress > STUCK_AFTER_SECONDS + settings.read_block_ms / 1000:
+        now = anyio.current_time()
+        if now - hub.last_progress > stalled_after:
             return False, "feed reader is not making progress"
-        if inbox is not None and now - inbox.last_progress > (
-            STUCK_AFTER_SECONDS + settings.read_block_ms / 1000
-        ):
-            return False, "inbox reader is not making progress"
+        for inbox in inboxes:
+            if now - inbox.last_progress > stalled_after:
+                return False, f"{inbox.kind.value} inbox reader is not making progress"
         return True, "ok"
+
+    async def ready() -> tuple[bool, str]:
+        ok, why = await check()
+        metrics.ready.set(1 if ok else 0)
+        return ok, why
 
     # A key file that is missing or broken at start-up is a configuration error.
     authenticator = Authenticator.from_settings(settings)
@@ -179,6 +208,8 @@ async def running(
             path = request.path
             if path.startswith("/v1/teams/"):
                 route = "team_events"
+            elif path.startswith(("/v1/threads/", "/v1/ui/")):
+                route = "run_events"
             elif path in ("/healthz", "/readyz", "/metrics", "/openapi.json"):
                 route = path
             else:
@@ -189,11 +220,21 @@ async def running(
         hub.last_progress = anyio.current_time()
         tg.start_soon(hub.run)
         tg.start_soon(routes.websocket.keepalive.run)
-        if inbox is not None:
+        for inbox in inboxes:
             inbox.last_progress = anyio.current_time()
             tg.start_soon(inbox.run)
         port = await server.start(settings.host, settings.port)
-        node = Gateway(settings, feed_log, metrics, hub, publisher, server, port, inbox, routes)
+        node = Gateway(
+            settings,
+            feed_log,
+            metrics,
+            hub,
+            publisher,
+            server,
+            port,
+            inboxes[0] if inboxes else None,
+            routes,
+        )
         try:
             yield node
         finally:

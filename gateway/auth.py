@@ -51,6 +51,10 @@ class Principal(msgspec.Struct, frozen=True):
     def may_read_team(self, team: str) -> bool:
         return self.teams is None or team in self.teams
 
+    def may_read_thread(self, thread_id: str) -> bool:
+        """Run feeds: the ``threads`` claim, when present, lists the readable threads."""
+        return self.threads is None or thread_id in self.threads
+
     def require_subscribe(self) -> None:
         """Subscribing without the ``subscribe`` scope is 401 (D5)."""
         if "subscribe" not in self.scopes:

@@ -40,6 +40,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     keepalive_seconds: float = 15.0
     team_retention: int = 10_000
     run_retention: int = 100_000
+    #: Seconds a run feed is kept after its RUN_FINISHED or RUN_ERROR (0: until trimmed).
+    run_finished_ttl_seconds: float = 3600.0
+    #: Validate published AG-UI events against the whole AG-UI 1.0 schema.
+    agui_strict: bool = False
     max_body_bytes: int = 1_048_576
     #: Items per history page when a client resumes from a cursor.
     history_page: int = 500
@@ -56,6 +60,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     fanout_linger_ms: float = 2.0
     #: How long a blocking Redis read waits before it reports progress anyway.
     read_block_ms: int = 1_000
+    #: /readyz fails when a read loop has not completed a read for this long (beyond
+    #: ``read_block_ms``).
+    ready_stall_seconds: float = 15.0
     #: Consumer name of this node in the inbox consumer groups (default: host-pid).
     node_id: str | None = None
     #: Pending inbox messages idle this long are claimed from dead nodes.
@@ -110,6 +117,10 @@ SETTINGS_HELP: dict[str, str] = {
     "keepalive_seconds": "Seconds between ': keepalive' comments on idle SSE streams.",
     "team_retention": "Items kept per team feed; older ones are trimmed.",
     "run_retention": "Items kept per run feed; older ones are trimmed.",
+    "run_finished_ttl_seconds": "Seconds a run feed is kept after its RUN_FINISHED or "
+    "RUN_ERROR, then deleted (404); 0 keeps it until count retention trims it.",
+    "agui_strict": "Validate every published AG-UI event against the whole AG-UI 1.0 "
+    "schema of the OpenAPI seed (true/false); off: type and required fields only.",
     "max_body_bytes": "Largest accepted publish body in bytes (413 beyond).",
     "history_page": "Items per history page read when a client resumes.",
     "max_queue_bytes": "Outbound bytes buffered per connection before it is treated as slow.",
@@ -121,6 +132,9 @@ SETTINGS_HELP: dict[str, str] = {
     "fanout_linger_ms": "Milliseconds the reader waits after a read whose items went to "
     "few subscribers each (many small feeds), to take more items per read; 0 disables.",
     "read_block_ms": "Longest a blocking Redis read waits before it returns empty.",
+    "ready_stall_seconds": "/readyz answers 503 when the node's feed or inbox reader has "
+    "not completed a read (an empty one counts) for this many seconds beyond "
+    "GATEWAY_READ_BLOCK_MS.",
     "node_id": "This node's consumer name in the inbox consumer groups (default host-pid).",
     "inbox_claim_ms": "Inbox messages pending this long on a dead node are claimed.",
     "ws_max_subscriptions": "WebSocket: most subscriptions one socket may hold.",
@@ -282,6 +296,7 @@ def _check(s: Settings) -> None:
     for name in (
         "keepalive_seconds",
         "drain_seconds",
+        "ready_stall_seconds",
         "ws_ping_interval",
         "ws_ping_timeout",
         "slow_client_timeout",
@@ -290,6 +305,8 @@ def _check(s: Settings) -> None:
         # "not >" also rejects NaN; infinity is no interval either.
         if not value > 0 or math.isinf(value):
             raise ValueError(f"{name} must be a positive number of seconds")
+    if not s.run_finished_ttl_seconds >= 0 or math.isinf(s.run_finished_ttl_seconds):
+        raise ValueError("run_finished_ttl_seconds must be 0 or a positive number of seconds")
     if not s.publish_rate > 0 or math.isinf(s.publish_rate):
         raise ValueError("publish_rate must be a positive number of items per second")
     if s.log_level.lower() not in ("debug", "info", "warning", "error"):

@@ -111,8 +111,18 @@ class UnsupportedMediaType(GatewayError):
 
 
 class MethodNotAllowed(GatewayError):
+    """``allow`` (e.g. ``"GET, POST"``) becomes the ``Allow`` header a 405 must carry
+    (RFC 9110, 15.5.6)."""
+
     code = ErrorCode.METHOD_NOT_ALLOWED
     status = 405
+
+    def __init__(self, message: str, *, allow: str | None = None) -> None:
+        super().__init__(message)
+        self.allow = allow
+
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        return [] if self.allow is None else [(b"allow", self.allow.encode("ascii"))]
 
 
 class RateLimited(GatewayError):

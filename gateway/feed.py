@@ -60,6 +60,19 @@ def team_feed(tenant: str, team: str) -> FeedKey:
     return FeedKey(tenant, FeedKind.TEAM, team)
 
 
+def run_feed(tenant: str, thread_id: str, run_id: str) -> FeedKey:
+    return FeedKey(tenant, FeedKind.RUN, f"{thread_id}/{run_id}")
+
+
+def run_events_feed(tenant: str, thread_id: str, run_id: str) -> FeedKey:
+    """The threads run stream of a run (D7b), beside its AG-UI feed.
+
+    Ids of run feeds hold no ``/`` of their own, so ``<thread>/<run>/events`` can never
+    name an AG-UI run feed.
+    """
+    return FeedKey(tenant, FeedKind.RUN, f"{thread_id}/{run_id}/events")
+
+
 class FeedState(msgspec.Struct, frozen=True):
     """A feed's position as the log reports it.
 

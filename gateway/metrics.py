@@ -3,27 +3,145 @@
 Label values never carry team, run or tenant ids.  Tests build their own
 :class:`Metrics` on a private registry; the app builds one per process.
 The README's "Metrics" table lists these names; keep both in step.
+
+The fan-out hot path (once per batch per feed, sometimes per subscriber) does not use
+prometheus_client's locked counters and histograms: it adds to plain numbers
+(:class:`Sent`, :class:`LoopHistogram`) that a collector reads when ``/metrics`` is
+scraped.  Only the node's event-loop thread updates them.
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Info
+from bisect import bisect_left
+from collections.abc import Iterator, Sequence
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    Info,
+    ProcessCollector,
+)
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from gateway import __version__
+
+#: Disconnect reasons (``gateway_disconnects_total{reason}``): the client went away or
+#: closed; too slow; the node shut down or drained; the token expired; an error
+#: (protocol violation, store failure); the feed was reset (``epoch_restarted`` ends
+#: an SSE stream).
+DISCONNECT_REASONS = ("client", "slow", "shutdown", "auth", "error", "reset")
+
+#: The Redis commands timed by ``gateway_redis_command_seconds{command}``.
+REDIS_COMMANDS = ("append", "state", "xread", "xrange", "verify", "inbox", "wake", "ping")
+
+# Histogram buckets (upper bounds).
+LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+FANOUT_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 1.0)
+REDIS_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0, 15.0)
+REPLAY_BUCKETS = (0, 1, 10, 32, 100, 500, 1000, 5000, 10_000, 50_000, 100_000)
+
+
+class Sent:
+    """Frames and bytes written to clients of one transport (plain ints, no lock)."""
+
+    __slots__ = ("bytes", "frames")
+
+    def __init__(self) -> None:
+        self.frames = 0
+        self.bytes = 0
+
+
+class LoopHistogram:
+    """A histogram updated only by the event loop: an observation is one bisect."""
+
+    __slots__ = ("bounds", "counts", "doc", "name", "sum")
+
+    def __init__(self, name: str, doc: str, bounds: Sequence[float]) -> None:
+        self.name = name
+        self.doc = doc
+        self.bounds = tuple(sorted(bounds))
+        #: Per bucket (not cumulative); the last one is +Inf.
+        self.counts = [0] * (len(self.bounds) + 1)
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.sum += value
+
+    def family(self) -> HistogramMetricFamily:
+        buckets: list[tuple[str, float]] = []
+        total = 0
+        for bound, count in zip(self.bounds, self.counts, strict=False):
+            total += count
+            buckets.append((_bound(bound), total))
+        total += self.counts[-1]
+        buckets.append(("+Inf", total))
+        return HistogramMetricFamily(self.name, self.doc, buckets=buckets, sum_value=self.sum)
+
+
+def _bound(value: float) -> str:
+    return repr(float(value))
+
+
+class _LoopCollector(Collector):
+    """Exposes the plain-number metrics of :class:`Metrics` at scrape time."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        m = self._metrics
+        frames = CounterMetricFamily(
+            "gateway_frames_sent_total",
+            "Event frames (items, live and history) written to clients, by transport.",
+            labels=["transport"],
+        )
+        sent_bytes = CounterMetricFamily(
+            "gateway_bytes_sent_total",
+            "Bytes of those event frames as encoded (SSE messages without HTTP/1.1 "
+            "chunk headers; WebSocket frames with theirs), by transport.",
+            labels=["transport"],
+        )
+        for transport, sent in sorted(m._sent.items()):
+            frames.add_metric([transport], sent.frames)
+            sent_bytes.add_metric([transport], sent.bytes)
+        yield frames
+        yield sent_bytes
+        yield m.delivery_lag.family()
+        yield m.fanout_seconds.family()
+
+    def describe(self) -> Iterator[Metric]:
+        # Names only (the registry checks for duplicates); values come from collect().
+        yield CounterMetricFamily("gateway_frames_sent_total", "", labels=["transport"])
+        yield CounterMetricFamily("gateway_bytes_sent_total", "", labels=["transport"])
+        yield HistogramMetricFamily(self._metrics.delivery_lag.name, "")
+        yield HistogramMetricFamily(self._metrics.fanout_seconds.name, "")
 
 
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
+        # process_cpu_seconds_total, process_resident_memory_bytes, process_open_fds, ...
+        # (the dashboard's per-pod CPU, memory and file-descriptor panels).
+        ProcessCollector(registry=self.registry)
         r = self.registry
         self.build = Info("gateway_build", "Build information.", registry=r)
         self.build.info({"version": __version__})
         self.connections = Gauge(
             "gateway_connections", "Open client connections.", ["transport"], registry=r
         )
+        self.connects = Counter(
+            "gateway_connects_total",
+            "Client connections opened (SSE streams started, WebSockets upgraded).",
+            ["transport"],
+            registry=r,
+        )
         self.disconnects = Counter(
             "gateway_disconnects_total",
-            "Closed client connections by reason.",
+            "Closed client connections by reason: " + ", ".join(DISCONNECT_REASONS) + ".",
             ["transport", "reason"],
             registry=r,
         )
@@ -103,3 +221,55 @@ class Metrics:
             ["limit"],
             registry=r,
         )
+        self.subscriptions = Gauge(
+            "gateway_subscriptions",
+            "Open subscriptions (joining or live) by transport (sse, ws) and feed kind "
+            "(team, run).",
+            ["transport", "kind"],
+            registry=r,
+        )
+        self.ready = Gauge(
+            "gateway_ready",
+            "1 when the last readiness check (/readyz) passed, else 0.",
+            registry=r,
+        )
+        self.redis_command_seconds = Histogram(
+            "gateway_redis_command_seconds",
+            "Duration of the Redis adapter's commands (failed ones too), by command: "
+            + ", ".join(REDIS_COMMANDS)
+            + ".  Blocking waits for new items are not commands.",
+            ["command"],
+            buckets=REDIS_BUCKETS,
+            registry=r,
+        )
+        self.replay_items = Histogram(
+            "gateway_replay_items",
+            "Items of history replayed to a subscription when it joined (or resumed "
+            "from a cursor), per join.",
+            buckets=REPLAY_BUCKETS,
+            registry=r,
+        )
+        #: Live-path metrics kept as plain numbers (see the module docstring).
+        self.delivery_lag = LoopHistogram(
+            "gateway_delivery_lag_seconds",
+            "Seconds from an item's append (the log's clock: Redis TIME, or this "
+            "process's clock for the embedded log) to its write to the sockets of live "
+            "subscribers; observed once per delivered batch per feed, for the batch's "
+            "newest item.  History replays are not observed.",
+            LAG_BUCKETS,
+        )
+        self.fanout_seconds = LoopHistogram(
+            "gateway_fanout_seconds",
+            "Seconds to encode one batch of a feed and hand it to all its live "
+            "subscriptions on this node.",
+            FANOUT_BUCKETS,
+        )
+        self._sent: dict[str, Sent] = {}
+        r.register(_LoopCollector(self))
+
+    def sent(self, transport: str) -> Sent:
+        """The frame and byte counts of one transport (add to them directly)."""
+        sent = self._sent.get(transport)
+        if sent is None:
+            sent = self._sent[transport] = Sent()
+        return sent

@@ -17,20 +17,46 @@ from typing import Any
 
 import msgspec
 
+from gateway.agui.events import TERMINAL, check_body, encode
 from gateway.cursor import Cursor
 from gateway.errors import InvalidRequest
-from gateway.feed import NewItem, is_team_id, team_feed
+from gateway.feed import NewItem, is_run_part, is_team_id, run_events_feed, run_feed, team_feed
 from gateway.log.base import FeedLog
 from gateway.metrics import Metrics
+from gateway.runstream import check_messages, seq_key
 from gateway.validate import validate_team_publish
 from gateway.wire.teamitem import team_payload
 
 
+def decode_body(raw: bytes) -> object:
+    """A publish body's JSON; InvalidRequest when it is empty, malformed or too deep."""
+    if not raw:
+        raise InvalidRequest("body: expected JSON, got nothing")
+    try:
+        return msgspec.json.decode(raw)
+    except msgspec.DecodeError as exc:
+        raise InvalidRequest(f"body: malformed JSON ({exc})") from exc
+    except RecursionError as exc:
+        raise InvalidRequest("body: JSON nested too deeply") from exc
+
+
 class Publisher:
-    def __init__(self, feed_log: FeedLog, metrics: Metrics, *, team_retention: int) -> None:
+    def __init__(
+        self,
+        feed_log: FeedLog,
+        metrics: Metrics,
+        *,
+        team_retention: int,
+        run_retention: int = 100_000,
+        run_finished_ttl: float = 3600.0,
+        agui_strict: bool = False,
+    ) -> None:
         self.log = feed_log
         self.metrics = metrics
         self.team_retention = team_retention
+        self.run_retention = run_retention
+        self.run_finished_ttl = run_finished_ttl
+        self.agui_strict = agui_strict
 
     async def publish_team_json(
         self,
@@ -43,14 +69,7 @@ class Publisher:
     ) -> list[Cursor]:
         """:meth:`publish_team` for a body still in JSON text (HTTP, the inbox)."""
         try:
-            if not raw:
-                raise InvalidRequest("body: expected JSON, got nothing")
-            try:
-                body = msgspec.json.decode(raw)
-            except msgspec.DecodeError as exc:
-                raise InvalidRequest(f"body: malformed JSON ({exc})") from exc
-            except RecursionError as exc:
-                raise InvalidRequest("body: JSON nested too deeply") from exc
+            body = decode_body(raw)
         except InvalidRequest as exc:
             self.reject(exc, path)
             raise
@@ -99,22 +118,200 @@ class Publisher:
         self.metrics.published.labels(kind="team", path=path).inc(len(new))
         return result.cursors
 
+    async def publish_run_json(
+        self,
+        tenant: str,
+        thread_id: str,
+        run_id: str,
+        raw: bytes,
+        *,
+        path: str,
+        idempotency_key: str | None = None,
+        admit: Callable[[int], None] | None = None,
+    ) -> list[Cursor]:
+        """:meth:`publish_run` for a body still in JSON text (HTTP, the inbox)."""
+        try:
+            body = decode_body(raw)
+        except InvalidRequest as exc:
+            self.reject(exc, path)
+            raise
+        return await self.publish_run(
+            tenant,
+            thread_id,
+            run_id,
+            body,
+            path=path,
+            idempotency_key=idempotency_key,
+            admit=admit,
+        )
+
+    async def publish_run(
+        self,
+        tenant: str,
+        thread_id: str,
+        run_id: str,
+        body: object,
+        *,
+        path: str,
+        idempotency_key: str | None = None,
+        admit: Callable[[int], None] | None = None,
+    ) -> list[Cursor]:
+        """Validate AG-UI events (one or an array, D4/D7) and append them, all or nothing.
+
+        ``idempotency_key`` makes a retried request safe: the same key with the same
+        events answers the first cursors again, with other events 409.  A run's
+        RUN_FINISHED or RUN_ERROR starts its grace period (``run_finished_ttl``), after
+        which the feed is deleted.
+        """
+        try:
+            if admit is not None:
+                admit(len(body) if isinstance(body, list) else 1)
+            if not is_run_part(thread_id):
+                raise InvalidRequest("thread_id: must match ^[A-Za-z0-9_.-]{1,128}$")
+            if not is_run_part(run_id):
+                raise InvalidRequest("run_id: must match ^[A-Za-z0-9_.-]{1,128}$")
+            if idempotency_key is not None and not 0 < len(idempotency_key) <= 200:
+                raise InvalidRequest("Idempotency-Key: 1 to 200 characters")
+            try:
+                events = check_body(
+                    body, thread_id=thread_id, run_id=run_id, strict=self.agui_strict
+                )
+                new = [
+                    NewItem(
+                        None if idempotency_key is None else f"{idempotency_key}#{i}",
+                        encode(event),
+                    )
+                    for i, event in enumerate(events)
+                ]
+            except RecursionError as exc:
+                raise InvalidRequest("body: JSON nested too deeply") from exc
+            feed = run_feed(tenant, thread_id, run_id)
+            result = await self.log.append(feed, new, retention=self.run_retention)
+            if self.run_finished_ttl > 0 and any(e["type"] in TERMINAL for e in events):
+                await self.log.expire(feed, self.run_finished_ttl)
+        except Exception as exc:
+            self.reject(exc, path)
+            raise
+        self.metrics.published.labels(kind="run", path=path).inc(len(new))
+        return result.cursors
+
+    async def publish_run_stream_json(
+        self, tenant: str, thread_id: str, run_id: str, raw: bytes, *, path: str
+    ) -> list[Cursor | None]:
+        """:meth:`publish_run_stream` for a body still in JSON text."""
+        try:
+            body = decode_body(raw)
+        except InvalidRequest as exc:
+            self.reject(exc, path)
+            raise
+        return await self.publish_run_stream(tenant, thread_id, run_id, body, path=path)
+
+    async def publish_run_stream(
+        self, tenant: str, thread_id: str, run_id: str, body: object, *, path: str
+    ) -> list[Cursor | None]:
+        """Publish SseMessages to a run's threads stream (D7b), in order.
+
+        Committed events (appended with the key ``seq:<seq>``) must continue the last
+        committed seq; a retained seq sent again with the same body is a safe retry
+        (answered with its cursor), with another body 409.  The result is stored too
+        (key ``result``); ``delta`` and ``status`` messages go to live followers only
+        (their cursor is None).  Everything is checked before anything is sent.
+        """
+        try:
+            if not is_run_part(thread_id) or not is_run_part(run_id):
+                raise InvalidRequest("thread_id and run_id must match ^[A-Za-z0-9_.-]{1,128}$")
+            messages = check_messages(body, thread_id=thread_id, run_id=run_id)
+            feed = run_events_feed(tenant, thread_id, run_id)
+            first = next((m["event"]["seq"] for m in messages if m["kind"] == "event"), None)
+            if first is not None and await self.log.offset_of(feed, seq_key(first)) is None:
+                state = await self.log.state(feed)
+                if (
+                    state is not None
+                    and state.head > 0
+                    and await self.log.offset_of(feed, seq_key(first - 1)) is None
+                ):
+                    raise InvalidRequest(
+                        f"event.seq: {first} does not follow the last committed seq"
+                    )
+            cursors: list[Cursor | None] = []
+            pending: list[NewItem] = []
+
+            async def flush() -> None:
+                if pending:
+                    result = await self.log.append(feed, pending, retention=self.run_retention)
+                    cursors.extend(result.cursors)
+                    pending.clear()
+
+            for message in messages:
+                kind = message["kind"]
+                if kind == "event":
+                    data = msgspec.json.encode({"kind": "event", "event": message["event"]})
+                    pending.append(NewItem(seq_key(message["event"]["seq"]), data))
+                elif kind == "result":
+                    data = msgspec.json.encode(
+                        {"kind": "result", "run_id": run_id, "result": message["result"]}
+                    )
+                    pending.append(NewItem("result", data))
+                else:
+                    await flush()
+                    await self.log.broadcast(feed, msgspec.json.encode(message))
+                    cursors.append(None)
+            await flush()
+            if self.run_finished_ttl > 0 and any(m["kind"] == "result" for m in messages):
+                await self.log.expire(feed, self.run_finished_ttl)
+        except Exception as exc:
+            self.reject(exc, path)
+            raise
+        self.metrics.published.labels(kind="run", path=path).inc(len(messages))
+        return cursors
+
 
 class Producer:
     """The Python producer API: validate in-process and append directly to Redis."""
 
-    def __init__(self, feed_log: FeedLog, *, team_retention: int = 10_000) -> None:
+    def __init__(
+        self,
+        feed_log: FeedLog,
+        *,
+        team_retention: int = 10_000,
+        run_retention: int = 100_000,
+        run_finished_ttl: float = 3600.0,
+        agui_strict: bool = False,
+    ) -> None:
         self._log = feed_log
-        self._publisher = Publisher(feed_log, Metrics(), team_retention=team_retention)
+        self._publisher = Publisher(
+            feed_log,
+            Metrics(),
+            team_retention=team_retention,
+            run_retention=run_retention,
+            run_finished_ttl=run_finished_ttl,
+            agui_strict=agui_strict,
+        )
 
     @classmethod
     def connect(
-        cls, redis_url: str, *, prefix: str = "gw", team_retention: int = 10_000
+        cls,
+        redis_url: str,
+        *,
+        prefix: str = "gw",
+        team_retention: int = 10_000,
+        run_retention: int = 100_000,
+        run_finished_ttl: float = 3600.0,
+        agui_strict: bool = False,
     ) -> Producer:
-        """A producer appending to the Redis at ``redis_url`` (same prefix as the gateway)."""
+        """A producer appending to the Redis at ``redis_url`` (same prefix as the gateway).
+
+        Use the gateway's retention settings: each append trims to the retention given.
+        """
         from gateway.log.redis import RedisLog
 
-        return cls(RedisLog(redis_url, prefix=prefix), team_retention=team_retention)
+        return cls(
+            RedisLog(redis_url, prefix=prefix),
+            team_retention=team_retention,
+            run_retention=run_retention,
+            run_finished_ttl=run_finished_ttl,
+            agui_strict=agui_strict,
+        )
 
     async def publish_team(
         self, tenant: str, team: str, source: dict[str, Any], event: dict[str, Any]
@@ -130,6 +327,25 @@ class Producer:
     ) -> list[Cursor]:
         """Append ``[{"source": ..., "event": ...}, ...]`` atomically; one cursor per item."""
         return await self._publisher.publish_team(tenant, team, items, path="producer")
+
+    async def publish_run(
+        self,
+        tenant: str,
+        thread_id: str,
+        run_id: str,
+        events: dict[str, Any] | list[dict[str, Any]],
+        *,
+        idempotency_key: str | None = None,
+    ) -> list[Cursor]:
+        """Append AG-UI events (one or a list) to a run feed atomically; one cursor each."""
+        return await self._publisher.publish_run(
+            tenant,
+            thread_id,
+            run_id,
+            events,
+            path="producer",
+            idempotency_key=idempotency_key,
+        )
 
     async def aclose(self) -> None:
         await self._log.aclose()

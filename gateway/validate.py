@@ -43,6 +43,7 @@ from gateway.errors import InvalidRequest
 __all__ = [
     "MAX_BATCH_ITEMS",
     "TeamPublishItem",
+    "validate_component",
     "validate_event",
     "validate_source",
     "validate_team_publish",
@@ -369,6 +370,20 @@ def validate_event(event: object) -> None:
     if _fast_event_validator(type_name).is_valid(event):
         return
     _check(_event_validator(type_name), event, "event")
+
+
+@functools.cache
+def _component_validator(name: str) -> Draft202012Validator:
+    schema = _bundle(_pointer(f"#/components/schemas/{name}"))
+    return Draft202012Validator(schema, registry=_registry())
+
+
+def validate_component(name: str, instance: object, prefix: str) -> None:
+    """Validate against a schema of the seed's components (``RunOutcome``, ...).
+
+    Raises :class:`InvalidRequest` whose message starts with ``prefix`` and the path.
+    """
+    _check(_component_validator(name), instance, prefix)
 
 
 def validate_source(source: object, *, tenant: str, team: str) -> None:

@@ -114,20 +114,30 @@ def _invalid(team: str) -> list[tuple[str, str, list[dict[str, Any]], str]]:
         ("unknown envelope field", team, [ev.item({**ev.message(), "bogus": 1})], "bogus"),
         ("wrong type", team, [ev.item({**ev.message(), "seq": "one"})], "event.seq"),
         ("unknown event type", team, [ev.item(ev.event("no_such_type", {}))], "event.type"),
-        ("source of another tenant", team,
-         [ev.item(source=ev.member_source("globex", team))], "source.member.tenant"),
-        ("source of another team", team,
-         [ev.item(source=ev.member_source(TENANT, ev.team_id()))], "source.member.team"),
+        (
+            "source of another tenant",
+            team,
+            [ev.item(source=ev.member_source("globex", team))],
+            "source.member.tenant",
+        ),
+        (
+            "source of another team",
+            team,
+            [ev.item(source=ev.member_source(TENANT, ev.team_id()))],
+            "source.member.team",
+        ),
         ("team not a lowercase UUID", team.upper(), [ev.item()], "team"),
         ("empty batch", team, [], "empty"),
-        ("one bad item in a batch", team,
-         [ev.item(), ev.item({**ev.message(), "seq": "one"}), ev.item()], "item 1"),
+        (
+            "one bad item in a batch",
+            team,
+            [ev.item(), ev.item({**ev.message(), "seq": "one"}), ev.item()],
+            "item 1",
+        ),
     ]
 
 
-async def test_invalid_input_raises_and_appends_nothing(
-    node: Gateway, producer: Producer
-) -> None:
+async def test_invalid_input_raises_and_appends_nothing(node: Gateway, producer: Producer) -> None:
     team = ev.team_id()
     for case, where, batch, named in _invalid(team):
         with pytest.raises(InvalidRequest) as info:
@@ -157,3 +167,30 @@ async def test_reused_event_id_with_a_different_body(node: Gateway, producer: Pr
         await producer.publish_team_batch(TENANT, team, [ev.item(), changed])
     s = await state(node, team)
     assert s is not None and s.head == 1
+
+
+async def test_publish_run_reaches_ag_ui_followers_and_validates(
+    producer: Producer, node: Gateway
+) -> None:
+    from tests.agui.runs import NESTED, RUN, THREAD
+
+    cursors = await producer.publish_run(TENANT, THREAD, RUN, NESTED[:1])
+    cursors += await producer.publish_run(TENANT, THREAD, RUN, NESTED[1:], idempotency_key="k")
+    assert (
+        await producer.publish_run(TENANT, THREAD, RUN, NESTED[1:], idempotency_key="k")
+        == (cursors[1:])
+    )
+    with pytest.raises(InvalidRequest, match=r"^\[0\]\.toolCallName"):
+        await producer.publish_run(
+            TENANT, THREAD, RUN, [{"type": "TOOL_CALL_START", "toolCallId": "x"}]
+        )
+    async with httpx.AsyncClient(base_url=node.url, timeout=10) as client:
+        got: list[ServerSentEvent] = []
+        with anyio.fail_after(10):
+            async with aconnect_sse(
+                client, "GET", f"/v1/threads/{THREAD}/runs/{RUN}/ui/ag-ui", headers=auth()
+            ) as source:
+                async for sse in source.aiter_sse():
+                    got.append(sse)
+    assert [json.loads(s.data) for s in got] == NESTED
+    assert [s.id for s in got] == [str(c) for c in cursors]

@@ -12,6 +12,7 @@ history and live; items the subscription already has are filtered by offset).
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 
@@ -47,6 +48,8 @@ class Hooks:
 
     #: Awaited after each history page is written and before the attach check.
     after_history_page: HistoryHook | None = None
+    #: Awaited by the reader at the top of each loop iteration (a test can hold it).
+    before_read: Callable[[], Awaitable[None]] | None = None
 
 
 class Channel:
@@ -58,6 +61,18 @@ class Channel:
         self.position = position
         #: Every subscription of this feed on this node, live or catching up.
         self.subs: set[Subscription] = set()
+
+
+class _Encoded:
+    """One batch encoded in one format, and how many subscriptions took it whole."""
+
+    __slots__ = ("chunks", "size", "taken", "transport")
+
+    def __init__(self, transport: str, chunks: list[Chunk]) -> None:
+        self.transport = transport
+        self.chunks = chunks
+        self.size = sum(len(chunk.joined) for chunk in chunks)
+        self.taken = 0
 
 
 class _Positions(Mapping[FeedKey, Cursor]):
@@ -182,6 +197,9 @@ class Hub:
             await self._idle.wait()
 
     async def _register(self, sub: Subscription, state: FeedState) -> None:
+        self.metrics.subscriptions.labels(
+            transport=sub.fmt.transport, kind=sub.feed.kind.value
+        ).inc()
         channel = self.channels.get(sub.feed)
         if channel is None:
             channel = self.channels[sub.feed] = Channel(sub.feed, state.head_cursor)
@@ -204,6 +222,21 @@ class Hub:
         bounded by one page.  Returns with ``sub.state`` ``LIVE`` (attached) or
         ``RESTARTED`` (the caller sends the restart frame and ends).
         """
+        if sub.joined:  # a slow consumer's catch-up, not a join
+            await self._catch_up(sub, write, [])
+            return
+        pages: list[int] = []
+        try:
+            await self._catch_up(sub, write, pages)
+        finally:
+            # The join's replay, observed once however it ended.
+            sub.joined = True
+            self.metrics.replay_items.observe(sum(pages))
+
+    async def _catch_up(
+        self, sub: Subscription, write: Callable[[bytes], Awaitable[None]], pages: list[int]
+    ) -> None:
+        """:meth:`catch_up`; appends the item count of each page written to ``pages``."""
         feed = sub.feed
         # Pages are bounded by count and, adaptively, by bytes: the first page is
         # small, later ones hold about PAGE_BYTES of the items seen so far.
@@ -235,12 +268,25 @@ class Hub:
                 sub.restarted(Cursor(first.epoch, first.offset - 1))
                 self.metrics.epoch_restarts.inc()
                 return
+            ended = False
+            if sub.fmt.ends is not None:
+                for index, item in enumerate(items):
+                    if sub.fmt.ends(item):
+                        items, ended = items[: index + 1], True
+                        break
             page = b"".join(sub.fmt.frame(feed, item) for item in items)
             await write(page)
             sub.position = items[-1].cursor
             average = max(1, len(page) // len(items))
             limit = max(1, min(self.history_page, PAGE_BYTES // average))
             self.metrics.history_items.inc(len(items))
+            pages.append(len(items))
+            sent = self.metrics.sent(sub.fmt.transport)
+            sent.frames += len(items)
+            sent.bytes += len(page)
+            if ended:
+                sub.state = SubState.ENDED
+                return
             if self.hooks.after_history_page is not None:
                 await self.hooks.after_history_page(sub)
             if sub.position >= target and self._behind(sub):
@@ -282,9 +328,12 @@ class Hub:
         if sub.state is not SubState.RESTARTED:
             sub.state = SubState.CLOSED
         channel = self.channels.get(sub.feed)
-        if channel is None:
+        if channel is None or sub not in channel.subs:
             return
-        channel.subs.discard(sub)
+        channel.subs.remove(sub)
+        self.metrics.subscriptions.labels(
+            transport=sub.fmt.transport, kind=sub.feed.kind.value
+        ).dec()
         if not channel.subs:
             del self.channels[sub.feed]
             if not self.channels:
@@ -296,6 +345,8 @@ class Hub:
         """Follow every channel's feed until cancelled."""
         backoff = 0.05
         while True:
+            if self.hooks.before_read is not None:
+                await self.hooks.before_read()
             if not self.channels:
                 self.last_progress = anyio.current_time()
                 self._changed = anyio.Event()
@@ -333,6 +384,9 @@ class Hub:
                 await anyio.sleep(self.linger)
 
     def _dispatch(self, channel: Channel, batch: Batch) -> None:
+        if batch.transient:
+            self._dispatch_with_transients(channel, batch)
+            return
         reset = batch.reset
         if reset is not None:
             # What was read no longer continues what this node delivered.  A new epoch
@@ -350,12 +404,44 @@ class Hub:
         while split < len(items) and items[split].epoch == epoch:
             split += 1
         if split:
-            self._deliver(channel, items[:split])
+            self._deliver(channel, items[:split], batch.appended)
         if split < len(items):
             first = items[split]
             self._restart_all(channel, first.epoch, Cursor(first.epoch, first.offset - 1))
             channel.position = Cursor(first.epoch, first.offset - 1)
-            self._deliver(channel, items[split:])
+            self._deliver(channel, items[split:], batch.appended)
+
+    def _dispatch_with_transients(self, channel: Channel, batch: Batch) -> None:
+        """Items and transient messages, in the order they were sent."""
+        items = batch.items
+        done = 0
+        for before, data in batch.transient:
+            before = min(max(before, done), len(items))
+            if before > done:
+                self._dispatch(channel, Batch(items[done:before], appended=batch.appended))
+                done = before
+            self._send_transient(channel, data)
+        self._dispatch(
+            channel, Batch(items[done:], reset=batch.reset, appended=batch.appended)
+        )
+
+    def _send_transient(self, channel: Channel, data: bytes) -> None:
+        """A transient message to every live subscription whose format carries them.
+
+        Encoded once per format; a connection that cannot take it at once misses it
+        (it is transient: never stored, never replayed), it is not taken off the live
+        path for it.
+        """
+        encoded: dict[str, bytes] = {}
+        live = SubState.LIVE
+        for sub in channel.subs:
+            transient = sub.fmt.transient
+            if sub.state is not live or transient is None or sub.outbox is None:
+                continue
+            frame = encoded.get(sub.fmt.name)
+            if frame is None:
+                frame = encoded[sub.fmt.name] = transient(channel.feed, data)
+            sub.outbox.try_write(frame)
 
     def _restart_all(self, channel: Channel, epoch: int | None, cursor: Cursor) -> None:
         """End every live subscription of an epoch older than ``epoch`` (None: all)."""
@@ -364,27 +450,46 @@ class Hub:
                 sub.restarted(cursor)
                 self.metrics.epoch_restarts.inc()
 
-    def _deliver(self, channel: Channel, items: list[StoredItem]) -> None:
-        """Offer a batch to every live subscription: encoded once per format, shared."""
+    def _deliver(self, channel: Channel, items: list[StoredItem], appended: float = 0.0) -> None:
+        """Offer a batch to every live subscription: encoded once per format, shared.
+
+        ``appended`` is the wall-clock time the newest item was appended (0: unknown).
+        """
+        started = time.perf_counter()
         channel.position = items[-1].cursor
-        encoded: dict[str, list[Chunk]] = {}
-        delivered = 0
+        encoded: dict[str, _Encoded] = {}
         live = SubState.LIVE
         for sub in channel.subs:
             if sub.state is not live:
                 continue
-            chunks = encoded.get(sub.fmt.name)
-            if chunks is None:
-                chunks = encoded[sub.fmt.name] = self._encode(channel.feed, sub.fmt, items)
-            for chunk in chunks:
+            enc = encoded.get(sub.fmt.name)
+            if enc is None:
+                enc = encoded[sub.fmt.name] = _Encoded(
+                    sub.fmt.transport, self._encode(channel.feed, sub.fmt, items)
+                )
+            for chunk in enc.chunks:
                 if not sub.offer(chunk):
                     sub.overflow()
                     self.metrics.slow_consumer_actions.labels(action="catch_up").inc()
                     break
+                if sub.state is not live:  # its stream ended with an item of this chunk
+                    break
             else:
-                delivered += 1
-        self.metrics.items_read.inc(len(items))
-        self.metrics.fanout_offers.inc(delivered)
+                enc.taken += 1
+        # Metrics once per batch (per format), not per subscriber.
+        metrics = self.metrics
+        delivered = 0
+        for enc in encoded.values():
+            if enc.taken:
+                delivered += enc.taken
+                sent = metrics.sent(enc.transport)
+                sent.frames += enc.taken * len(items)
+                sent.bytes += enc.taken * enc.size
+        metrics.items_read.inc(len(items))
+        metrics.fanout_offers.inc(delivered)
+        metrics.fanout_seconds.observe(time.perf_counter() - started)
+        if delivered and appended:
+            metrics.delivery_lag.observe(max(0.0, time.time() - appended))
 
     def _encode(self, feed: FeedKey, fmt: Format, items: list[StoredItem]) -> list[Chunk]:
         """Encode a batch once, in chunks of at most ``offer_chunk_bytes`` (whole frames).
@@ -398,8 +503,12 @@ class Hub:
         start = size = 0
         for index, frame in enumerate(frames):
             if size and size + len(frame) > limit:
-                chunks.append(Chunk(items[start:index], frames[start:index]))
+                chunks.append(Chunk(items[start:index], frames[start:index], fmt.ends))
                 start, size = index, 0
             size += len(frame)
-        chunks.append(Chunk(items[start:], frames[start:]) if start else Chunk(items, frames))
+        chunks.append(
+            Chunk(items[start:], frames[start:], fmt.ends)
+            if start
+            else Chunk(items, frames, fmt.ends)
+        )
         return chunks

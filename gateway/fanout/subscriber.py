@@ -121,15 +121,27 @@ class Outbox:
 class Chunk:
     """Consecutive items of one feed encoded in one format, shared by every subscriber."""
 
-    __slots__ = ("epoch", "first", "frames", "items", "joined", "last")
+    __slots__ = ("end", "epoch", "first", "frames", "items", "joined", "last")
 
-    def __init__(self, items: Sequence[StoredItem], frames: Sequence[bytes]) -> None:
+    def __init__(
+        self,
+        items: Sequence[StoredItem],
+        frames: Sequence[bytes],
+        ends: Callable[[StoredItem], bool] | None = None,
+    ) -> None:
         self.items = items
         self.frames = frames
         self.joined = frames[0] if len(frames) == 1 else b"".join(frames)
         self.epoch = items[0].epoch
         self.first = items[0].offset
         self.last = items[-1].cursor
+        #: Index of the first item that ends the stream (the format's ``ends``), if any.
+        self.end: int | None = None
+        if ends is not None:
+            for index, item in enumerate(items):
+                if ends(item):
+                    self.end = index
+                    break
 
 
 #: The slow-consumer policy: a connection whose subscriptions overflow more than
@@ -160,6 +172,8 @@ class SubState(enum.Enum):
     LIVE = "live"
     OVERFLOW = "overflow"
     RESTARTED = "restarted"
+    #: The format's stream ended with an item (an AG-UI run's RUN_FINISHED on SSE).
+    ENDED = "ended"
     CLOSED = "closed"
 
 
@@ -167,7 +181,10 @@ class Format:
     """A wire format: how one item (and an epoch restart) is encoded, once per node.
 
     ``name`` keys the hub's per-batch encoding cache, so subscribers sharing a format
-    share the same bytes.
+    share the same bytes.  ``transport`` (``sse`` or ``ws``) labels the metrics of the
+    subscriptions that use it.  ``ends``, if given, marks an item after which the
+    stream of this format ends (state ``ENDED``; nothing after it is written).
+    ``transient``, if given, encodes the feed's transient messages for live followers.
     """
 
     def __init__(
@@ -175,10 +192,18 @@ class Format:
         name: str,
         frame: Callable[[FeedKey, StoredItem], bytes],
         restart: Callable[[FeedKey, Cursor], bytes],
+        *,
+        transport: str,
+        ends: Callable[[StoredItem], bool] | None = None,
+        transient: Callable[[FeedKey, bytes], bytes] | None = None,
     ) -> None:
         self.name = name
         self.frame = frame
         self.restart = restart
+        self.transport = transport
+        self.ends = ends
+        #: Encodes a transient message (never stored); None: the format carries none.
+        self.transient = transient
 
 
 class Subscription:
@@ -191,7 +216,8 @@ class Subscription:
     """
 
     __slots__ = (
-        "_ready", "feed", "fmt", "head", "notify", "outbox", "position", "restart_at", "state",
+        "_ready", "feed", "fmt", "head", "joined", "notify", "outbox", "position",
+        "restart_at", "state",
     )
 
     def __init__(
@@ -209,6 +235,8 @@ class Subscription:
         #: owners that keep no task per subscription while it is live.
         self.notify: Callable[[Subscription], None] | None = None
         self._ready: anyio.Event | None = None
+        #: Set when its first catch-up (the join's history replay) has ended.
+        self.joined = False
 
     def offer(self, chunk: Chunk) -> bool:
         """Write the frames of the chunk's items after :attr:`position` at once.
@@ -217,6 +245,8 @@ class Subscription:
         take the subscription off the live path (:meth:`overflow`).
         """
         pos = self.position
+        if chunk.end is not None:
+            return self._offer_to_end(chunk)
         if chunk.epoch == pos.epoch and chunk.first == pos.offset + 1:
             data = chunk.joined  # the common case: exactly the next items, shared bytes
         elif chunk.epoch == pos.epoch and chunk.first > pos.offset + 1:
@@ -240,6 +270,30 @@ class Subscription:
         if outbox is None or not outbox.try_write(data):
             return False
         self.position = chunk.last
+        return True
+
+    def _offer_to_end(self, chunk: Chunk) -> bool:
+        """:meth:`offer` for a chunk holding an item that ends the stream."""
+        assert chunk.end is not None
+        pos = self.position
+        items = chunk.items
+        start = 0
+        while start < len(items) and (
+            items[start].epoch != pos.epoch or items[start].offset <= pos.offset
+        ):
+            start += 1
+        if start == len(items):
+            return True
+        if items[start].epoch != pos.epoch or items[start].offset != pos.offset + 1:
+            return False
+        stop = chunk.end + 1 if chunk.end >= start else len(items)
+        outbox = self.outbox
+        if outbox is None or not outbox.try_write(b"".join(chunk.frames[start:stop])):
+            return False
+        self.position = items[stop - 1].cursor
+        if stop <= chunk.end + 1 and chunk.end >= start:
+            self.state = SubState.ENDED
+            self._signal()
         return True
 
     def _signal(self) -> None:

@@ -17,6 +17,7 @@ import msgspec
 import structlog
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from gateway.agui.folds import Folds
 from gateway.auth import Authenticator, Principal, bearer_token
 from gateway.config import Settings
 from gateway.cursor import parse_cursor
@@ -30,7 +31,8 @@ from gateway.errors import (
 from gateway.fanout.hub import Hub
 from gateway.fanout.subscriber import Outbox, Overflows, Subscription, SubState
 from gateway.feed import FeedKey, is_team_id, team_feed
-from gateway.http.server import Request, Responder, Stream
+from gateway.http.runs import RunRoutes
+from gateway.http.server import Request, Responder, Stream, connection_id
 from gateway.http.websocket import Session, WebSocketRoute
 from gateway.limits import ConnectionLimits, PublishRate
 from gateway.metrics import Metrics
@@ -81,8 +83,11 @@ class Routes:
         self.publish_rate = PublishRate(
             settings.publish_rate, settings.publish_burst, on_limited=limited
         )
+        #: The AG-UI run-feed routes, with the node's fold cache.
+        self.folds = Folds(hub.log, page=settings.history_page)
+        self.runs = RunRoutes(self, self.folds)
         self.websocket = WebSocketRoute(
-            settings, hub, authenticator, metrics, self.sessions, self.limits
+            settings, hub, authenticator, metrics, self.sessions, self.limits, self.folds
         )
 
     # -- dispatch --------------------------------------------------------------------
@@ -99,7 +104,9 @@ class Routes:
             elif request.method == "POST":
                 await self.publish_team(request, responder, team)
             else:
-                raise MethodNotAllowed("use GET to follow or POST to publish")
+                raise MethodNotAllowed("use GET to follow or POST to publish", allow="GET, POST")
+            return
+        if await self.runs.dispatch(request, responder):
             return
         if path == "/v1/ws":
             await self.websocket(request, responder)
@@ -109,7 +116,7 @@ class Routes:
             self.principal(request)
             raise NotFound("no such route")
         if request.method not in ("GET", "HEAD"):
-            raise MethodNotAllowed("only GET is served here")
+            raise MethodNotAllowed("only GET is served here", allow="GET, HEAD")
         if path == "/healthz":
             responder.send(200, b'{"status":"ok"}')
         elif path == "/readyz":
@@ -144,13 +151,16 @@ class Routes:
             (b"vary", b"Origin"),
         ]
 
-    def preflight(self, request: Request, responder: Responder) -> None:
+    def preflight(self, request: Request, responder: Responder, methods: bytes = b"GET") -> None:
         """Answer a browser's CORS preflight for following an SSE route."""
         headers = self.cors_headers(request)
         if headers:
             headers += [
-                (b"access-control-allow-methods", b"GET"),
-                (b"access-control-allow-headers", b"Authorization, Last-Event-ID"),
+                (b"access-control-allow-methods", methods),
+                (
+                    b"access-control-allow-headers",
+                    b"Authorization, Last-Event-ID, Content-Type",
+                ),
                 (b"access-control-max-age", b"600"),
             ]
         responder.send(204, b"", headers=headers)
@@ -189,19 +199,60 @@ class Routes:
             except NotFound:
                 raise NotFound(_NO_SUCH_TEAM) from None
             try:
-                stream = responder.stream(200, sse.HEADERS + self.cors_headers(request))
-                outbox = Outbox(stream, self.settings.max_queue_bytes, self.hub.budget)
-                sub.outbox = outbox
-                self.metrics.connections.labels(transport="sse").inc()
-                try:
-                    reason = await self._follow(sub, stream, principal.expires_at)
-                finally:
-                    outbox.release()
-                    self.metrics.connections.labels(transport="sse").dec()
-                self.metrics.disconnects.labels(transport="sse", reason=reason).inc()
-                stream.end()
+                await self.stream_sse(request, responder, principal, sub)
             finally:
                 self.hub.close(sub)
+
+    async def stream_sse(
+        self,
+        request: Request,
+        responder: Responder,
+        principal: Principal,
+        sub: Subscription,
+        before: bytes = b"",
+    ) -> None:
+        """Start the 200 SSE response and serve ``sub`` on it until it ends.
+
+        ``before`` is written first (a run's prelude).  The caller holds the
+        connection lease and must close ``sub`` afterwards.
+        """
+        stream = responder.stream(200, sse.HEADERS + self.cors_headers(request))
+        outbox = Outbox(stream, self.settings.max_queue_bytes, self.hub.budget)
+        sub.outbox = outbox
+        # Every log line of this connection's task carries its context.
+        with structlog.contextvars.bound_contextvars(
+            conn_id=connection_id(),
+            transport="sse",
+            tenant=principal.tenant,
+            remote=responder.remote,
+            feed=sub.feed.public_name,
+        ):
+            self.metrics.connections.labels(transport="sse").inc()
+            self.metrics.connects.labels(transport="sse").inc()
+            log.info("connection opened")
+            reason = "error"
+            try:
+                if before:
+                    with anyio.fail_after(self.settings.slow_client_timeout):
+                        await stream.write(before)
+                    outbox.wrote = True
+                reason = await self._follow(sub, stream, principal.expires_at)
+            except anyio.BrokenResourceError:
+                reason = "client"
+            except TimeoutError:
+                self.metrics.slow_consumer_actions.labels(action="disconnect").inc()
+                reason = "slow"
+            except anyio.get_cancelled_exc_class():
+                # The client went away (its connection was lost), or the node
+                # is stopping.
+                reason = "shutdown" if self.hub.draining else "client"
+                raise
+            finally:
+                outbox.release()
+                self.metrics.connections.labels(transport="sse").dec()
+                self.metrics.disconnects.labels(transport="sse", reason=reason).inc()
+                log.info("connection closed", reason=reason)
+            stream.end()
 
     async def _follow(self, sub: Subscription, stream: Stream, expires_at: float) -> str:
         """Serve one subscription until it ends; returns the disconnect reason.
@@ -246,13 +297,15 @@ class Routes:
                 if sub.state is SubState.RESTARTED:
                     assert sub.restart_at is not None
                     await write(sub.fmt.restart(sub.feed, sub.restart_at))
-                    return "epoch_restarted"
+                    return "reset"
                 if sub.state is SubState.OVERFLOW:
                     if overflows.too_many(anyio.current_time()):
                         self.metrics.slow_consumer_actions.labels(action="disconnect").inc()
                         return "slow"
                     sub.state = SubState.CATCHING_UP
                     continue
+                if sub.state is SubState.ENDED:
+                    return "finished"  # the run ended (RUN_FINISHED or RUN_ERROR)
                 if sub.state is SubState.CLOSED:
                     return "shutdown"
         except anyio.BrokenResourceError:

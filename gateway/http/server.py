@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, cast
 from urllib.parse import parse_qs, urlsplit
@@ -54,6 +55,18 @@ class Request:
     def query_one(self, name: str) -> str | None:
         values = self.query.get(name)
         return values[0] if values else None
+
+
+def connection_id() -> str:
+    """A new id for one client connection (SSE stream or WebSocket) in the logs."""
+    return secrets.token_hex(6)
+
+
+def _address(peer: object) -> str:
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        host, port = peer[0], peer[1]
+        return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
+    return str(peer) if peer else ""
 
 
 Handler = Callable[[Request, "Responder"], Awaitable[None]]
@@ -159,6 +172,12 @@ class Responder:
 
     def error(self, exc: GatewayError) -> None:
         self.send(exc.status, exc.body(), headers=exc.headers())
+
+    @property
+    def remote(self) -> str:
+        """The client's address (``host:port``; "" once the connection is gone)."""
+        transport = self._conn.transport
+        return "" if transport is None else _address(transport.get_extra_info("peername"))
 
     def take_over(
         self, on_data: Callable[[bytes], None], on_eof: Callable[[], None]

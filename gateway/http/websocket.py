@@ -26,6 +26,8 @@ from websockets.protocol import State
 from websockets.server import ServerProtocol
 from websockets.typing import Subprotocol
 
+from gateway.agui.events import encode
+from gateway.agui.folds import Folds
 from gateway.auth import Authenticator, Principal, bearer_token
 from gateway.config import Settings
 from gateway.cursor import Cursor, parse_cursor
@@ -42,11 +44,11 @@ from gateway.errors import (
 from gateway.fanout.hub import Hub
 from gateway.fanout.subscriber import Outbox, Overflows, Subscription, SubState
 from gateway.feed import FeedKey, FeedKind, is_run_part, is_team_id
-from gateway.http.server import Request, Responder, Stream
+from gateway.http.server import Request, Responder, Stream, connection_id
 from gateway.limits import ConnectionLimits
 from gateway.metrics import Metrics
 from gateway.wire import ws
-from gateway.wire.formats import TEAM_WS
+from gateway.wire.formats import RUN_WS, TEAM_WS
 
 log = structlog.get_logger("gateway.ws")
 
@@ -129,11 +131,18 @@ class Session:
         principal: Principal,
         stream: Stream,
         protocol: ServerProtocol,
+        remote: str = "",
+        folds: Folds | None = None,
     ) -> None:
+        #: This connection's id in the logs, and the client's address.
+        self.conn_id = connection_id()
+        self.remote = remote
         self.hub = hub
         self.auth = authenticator
         self.settings = settings
         self.metrics = metrics
+        #: The node's run-fold cache (the D7 prelude of run feeds).
+        self.folds = folds or Folds(hub.log, page=settings.history_page)
         self.principal = principal
         self.stream = stream
         self.protocol = protocol
@@ -150,6 +159,17 @@ class Session:
         self._next_ping = anyio.current_time() + settings.ws_ping_interval
         self._close_deadline: float | None = None
         self.close_code: int | None = None
+
+    def log(self) -> structlog.typing.FilteringBoundLogger:
+        """A logger carrying this connection's context (made when needed: sockets are
+        many, log lines about them few)."""
+        bound: structlog.typing.FilteringBoundLogger = log.bind(
+            conn_id=self.conn_id,
+            transport="ws",
+            tenant=self.principal.tenant,
+            remote=self.remote,
+        )
+        return bound
 
     # -- bytes in ----------------------------------------------------------------
 
@@ -187,7 +207,7 @@ class Session:
             if self.stream.buffered() > self.settings.max_queue_bytes:
                 # The client keeps asking (pings, subscribes) but does not read the
                 # answers: it may not grow our memory past its bound.
-                log.info("client does not read its replies: closing")
+                self.log().info("client does not read its replies: closing")
                 self.close_code = CloseCode.TOO_SLOW
                 self._end_subscriptions()
                 self.stream.abort()
@@ -269,7 +289,8 @@ class Session:
         name = entry.name
         with entry.scope:
             try:
-                sub = await self.hub.open(key, cursor, TEAM_WS)
+                run = key.kind is FeedKind.RUN
+                sub = await self.hub.open(key, cursor, RUN_WS if run else TEAM_WS)
             except GatewayError as exc:
                 if self.entries.get(name) is entry:  # not replaced or unsubscribed meanwhile
                     del self.entries[name]
@@ -282,7 +303,28 @@ class Session:
             entry.sub = sub
             sub.outbox = self.outbox
             self._send(ws.subscribed(name, sub.head))
+            if run and sub.state is SubState.CATCHING_UP and sub.position.offset > 0:
+                try:
+                    await self._prelude(name, sub)
+                except BaseException:
+                    self._forget(entry)
+                    raise
             await self._drive(entry)
+
+    async def _prelude(self, name: str, sub: Subscription) -> None:
+        """A run joined past its start: the D7 prelude, each frame carrying the cursor
+        of the point it was joined at."""
+        thread_id, run_id = sub.feed.id.split("/", 1)
+        try:
+            fold = await self.folds.at(sub.feed, sub.position)
+        except GatewayError as exc:
+            self._send(ws.error(str(exc.code), exc.message, name))
+            raise
+        frames = b"".join(
+            ws.frame(ws.event_payload(name, sub.position, encode(event)))
+            for event in fold.prelude(thread_id, run_id)
+        )
+        await self._write_or_give_up(frames)
 
     async def _drive_task(self, entry: _Entry) -> None:
         assert entry.scope is not None
@@ -393,7 +435,7 @@ class Session:
             return
         if self._ping_sent is not None:
             if now - self._ping_sent > self.settings.ws_ping_timeout:
-                log.info("ping timeout: closing", timeout=self.settings.ws_ping_timeout)
+                self.log().info("ping timeout: closing", timeout=self.settings.ws_ping_timeout)
                 # A peer that does not answer may not read either: do not wait on it.
                 self.close_code = 1011
                 self._end_subscriptions()
@@ -491,8 +533,10 @@ class WebSocketRoute:
         metrics: Metrics,
         sessions: set[Session],
         limits: ConnectionLimits,
+        folds: Folds | None = None,
     ) -> None:
         self.settings = settings
+        self.folds = folds or Folds(hub.log, page=settings.history_page)
         self.hub = hub
         self.auth = authenticator
         self.metrics = metrics
@@ -514,7 +558,7 @@ class WebSocketRoute:
 
     async def __call__(self, request: Request, responder: Responder) -> None:
         if request.method != "GET":
-            raise MethodNotAllowed("the WebSocket route takes GET upgrades only")
+            raise MethodNotAllowed("the WebSocket route takes GET upgrades only", allow="GET")
         if self.hub.draining:
             raise Unavailable("this node is draining: reconnect to another")
         offered = _offered_subprotocols(request)
@@ -554,6 +598,7 @@ class WebSocketRoute:
                 if session is not None:
                     session.on_eof()
 
+            remote = responder.remote
             trailing, stream = responder.take_over(on_data, on_eof)
             stream.write_nowait(response.serialize())
             # Idle sockets are many: keep nothing of the handshake alive.
@@ -567,18 +612,29 @@ class WebSocketRoute:
                 principal=principal,
                 stream=stream,
                 protocol=protocol,
+                remote=remote,
+                folds=self.folds,
             )
             self.sessions.add(session)
             self.metrics.connections.labels(transport="ws").inc()
-            try:
-                await session.run(trailing + b"".join(pending))
-            finally:
-                # Also when the transport's loss cancelled us: the reason is what the
-                # server decided before closing, if anything.
-                self.sessions.discard(session)
-                self.metrics.connections.labels(transport="ws").dec()
-                reason = _reason(session.final_code())
-                self.metrics.disconnects.labels(transport="ws", reason=reason).inc()
+            self.metrics.connects.labels(transport="ws").inc()
+            # The session's own lines carry its context via Session.log(); this binds it
+            # for whatever else logs in this task.
+            with structlog.contextvars.bound_contextvars(
+                conn_id=session.conn_id, transport="ws", tenant=principal.tenant, remote=remote
+            ):
+                log.info("connection opened")
+                try:
+                    await session.run(trailing + b"".join(pending))
+                finally:
+                    # Also when the transport's loss cancelled us: the reason is what
+                    # the server decided before closing, if anything.
+                    self.sessions.discard(session)
+                    self.metrics.connections.labels(transport="ws").dec()
+                    code = session.final_code()
+                    reason = _reason(code)
+                    self.metrics.disconnects.labels(transport="ws", reason=reason).inc()
+                    log.info("connection closed", reason=reason, code=code)
 
 
 def _select_gateway_v1(
@@ -596,7 +652,9 @@ def _reason(code: int | None) -> str:
         CloseCode.GOING_AWAY: "shutdown",
         CloseCode.POLICY_VIOLATION: "error",
         CloseCode.MESSAGE_TOO_BIG: "error",
-        1011: "reset",
+        # The server gave up on a peer that stopped answering pings: the client is gone.
+        # ("reset" is for streams ended by a feed reset; a socket outlives those.)
+        1011: "client",
     }
     return reasons.get(code, "error")
 

@@ -46,6 +46,12 @@ class Batch(msgspec.Struct):
 
     items: list[StoredItem]
     reset: FeedState | None = None
+    #: Wall-clock time (seconds) the newest item was appended, by the log's clock (Redis
+    #: TIME); 0.0 when unknown.  For ``gateway_delivery_lag_seconds``.
+    appended: float = 0.0
+    #: Transient messages (never stored, see :meth:`FeedLog.broadcast`), each with the
+    #: number of this batch's items that came before it.
+    transient: list[tuple[int, bytes]] = msgspec.field(default_factory=list)
 
 
 class FeedLog(abc.ABC):
@@ -109,6 +115,26 @@ class FeedLog(abc.ABC):
         Items of a newer epoch follow the position's epoch's items in the same batch.
         Returns an empty dict on timeout or after :meth:`wake`.  After this returns, the
         caller must call it again with updated positions to keep following.
+        """
+
+    @abc.abstractmethod
+    async def broadcast(self, feed: FeedKey, data: bytes) -> None:
+        """Send ``data`` to the feed's live followers on every node; never stored.
+
+        Followers get it in :attr:`Batch.transient` of their next read; a node not
+        following the feed at that moment never sees it (transient by definition).
+        """
+
+    @abc.abstractmethod
+    async def offset_of(self, feed: FeedKey, key: str) -> int | None:
+        """The offset of the retained item appended with idempotency ``key``, if any."""
+
+    @abc.abstractmethod
+    async def expire(self, feed: FeedKey, seconds: float) -> None:
+        """Delete the feed ``seconds`` from now (a finished run's grace period).
+
+        Until then it is served as usual; afterwards it does not exist (404) until
+        something is published to it again, in a new epoch (D1).
         """
 
     @abc.abstractmethod

@@ -8,11 +8,12 @@
 -- After appending, the new items are PUBLISHed on the channel named like the stream
 -- (pub/sub channels and keys are separate namespaces), so the nodes that follow the
 -- feed get them live without reading the stream:
---   "<epoch> <first offset>\n" then per item "<chain> <byte length>\n<data>".
+--   "<epoch> <first offset> <append time>\n" then per item "<chain> <byte length>\n<data>"
+-- where the append time is the server's clock (TIME) as "<seconds>.<microseconds>".
 --
 -- Stream entry ids are "<epoch>-<offset>", so a cursor is an entry id and entries of
 -- a newer epoch sort after every entry of an older one.  Entry fields: d (data),
--- c (chain after this item), k (idempotency key).
+-- c (chain after this item), k (idempotency key), t (append time, as above).
 --
 -- Returns {status, epoch, head, first, chain, host, reason, offsets...} where status is
 -- "ok", "reused" (then the 2nd element is the failing item index and nothing was
@@ -82,8 +83,13 @@ local function new_epoch()
   if not host then redis.call('HDEL', M, 'host') end
 end
 
-local function announce(items)
-  local parts = {fmt(epoch) .. ' ' .. fmt(head - #items + 1) .. '\n'}
+local function clock()
+  local t = redis.call('TIME')
+  return t[1] .. '.' .. string.format('%06d', tonumber(t[2]))
+end
+
+local function announce(items, stamp)
+  local parts = {fmt(epoch) .. ' ' .. fmt(head - #items + 1) .. ' ' .. stamp .. '\n'}
   for _, it in ipairs(items) do
     parts[#parts + 1] = it[1] .. ' ' .. #it[2] .. '\n'
     parts[#parts + 1] = it[2]
@@ -138,12 +144,14 @@ end
 if reason ~= '' then new_epoch() end
 
 local published = {}
+local stamp = ''
+if #new > 0 then stamp = clock() end
 for _, i in ipairs(new) do
   local key, data, hostflag = ARGV[8 + i * 3], ARGV[9 + i * 3], ARGV[10 + i * 3]
   head = head + 1
   chain = redis.sha1hex(chain .. data)
   published[#published + 1] = {chain, data}
-  redis.call('XADD', S, fmt(epoch) .. '-' .. fmt(head), 'd', data, 'c', chain, 'k', key)
+  redis.call('XADD', S, fmt(epoch) .. '-' .. fmt(head), 'd', data, 'c', chain, 'k', key, 't', stamp)
   if key ~= '' then redis.call('HSET', I, key, fmt(head)) end
   if head == 1 and not host then
     host = hostflag
@@ -152,7 +160,7 @@ for _, i in ipairs(new) do
 end
 if #new > 0 then
   redis.call('HSET', M, 'head', fmt(head), 'chain', chain)
-  announce(published)
+  announce(published, stamp)
 end
 
 -- Retention: at most 1000 entries per call, so the step stays short; later appends

@@ -1,7 +1,10 @@
-"""The Redis inbox: producers in any language ``XADD`` here; gateway nodes append.
+"""The Redis inboxes: producers in any language ``XADD`` here; gateway nodes append.
 
 Stream ``<prefix>:inbox:team``; each message has the fields ``tenant``, ``team`` and
 ``body`` (the JSON of a ``POST /v1/teams/{team}/events`` body: one item or an array).
+Stream ``<prefix>:inbox:run``; each message has the fields ``tenant``, ``thread``,
+``run`` and ``body`` (one AG-UI event or an array, as ``POST .../ui/ag-ui`` takes),
+and optionally ``idempotency_key`` (the ``Idempotency-Key`` header's meaning).
 Nodes read it as members of the consumer group ``gateway``, apply exactly the HTTP
 route's validation (:class:`~gateway.producer.Publisher`), append, and acknowledge.
 A rejected message is copied, with ``reason`` (error code) and ``message``, to
@@ -13,6 +16,7 @@ node that died are claimed after ``inbox_claim_ms``.  Appending is idempotent on
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import anyio
@@ -20,6 +24,7 @@ import redis.exceptions
 import structlog
 
 from gateway.errors import GatewayError, InvalidRequest, TooLarge, Unavailable
+from gateway.feed import FeedKind
 from gateway.log.redis import RedisLog
 from gateway.metrics import Metrics
 from gateway.producer import Publisher
@@ -29,15 +34,18 @@ log = structlog.get_logger("gateway.inbox")
 GROUP = b"gateway"
 #: Dead letters kept (approximately); older ones are trimmed.
 DEAD_LETTER_LIMIT = 100_000
-_FIELDS = (b"tenant", b"team", b"body")
+_FIELDS = {
+    FeedKind.TEAM: ((b"tenant", b"team", b"body"), ()),
+    FeedKind.RUN: ((b"tenant", b"thread", b"run", b"body"), (b"idempotency_key",)),
+}
 
 
-def inbox_key(prefix: str) -> str:
-    return f"{prefix}:inbox:team"
+def inbox_key(prefix: str, kind: FeedKind = FeedKind.TEAM) -> str:
+    return f"{prefix}:inbox:{kind.value}"
 
 
-def dead_letter_key(prefix: str) -> str:
-    return f"{prefix}:inbox:team:dead"
+def dead_letter_key(prefix: str, kind: FeedKind = FeedKind.TEAM) -> str:
+    return f"{prefix}:inbox:{kind.value}:dead"
 
 
 class Inbox:
@@ -52,12 +60,16 @@ class Inbox:
         claim_ms: int = 30_000,
         block_ms: int = 1_000,
         batch: int = 100,
+        kind: FeedKind = FeedKind.TEAM,
     ) -> None:
+        self.kind = kind
         self._redis: Any = feed_log.client
+        #: Times the inbox's commands (gateway_redis_command_seconds{command="inbox"}).
+        self._timed = feed_log.timed
         self._publisher = publisher
         self._metrics = metrics
-        self._stream = inbox_key(prefix).encode()
-        self._dead = dead_letter_key(prefix).encode()
+        self._stream = inbox_key(prefix, kind).encode()
+        self._dead = dead_letter_key(prefix, kind).encode()
         self._consumer = feed_log.node_id.encode()
         self._max_body = max_body_bytes
         self._claim_ms = claim_ms
@@ -68,7 +80,8 @@ class Inbox:
 
     async def ensure_group(self) -> None:
         try:
-            await self._redis.xgroup_create(self._stream, GROUP, id="0", mkstream=True)
+            with self._timed("inbox"):
+                await self._redis.xgroup_create(self._stream, GROUP, id="0", mkstream=True)
         except redis.exceptions.ResponseError as exc:
             if "BUSYGROUP" not in str(exc):
                 raise Unavailable(f"cannot create inbox group: {exc}") from exc
@@ -98,35 +111,52 @@ class Inbox:
 
     async def _step(self, start: str, *, block: bool) -> bool:
         """Read and process one batch; returns whether more of this kind may remain."""
-        reply = await self._redis.xreadgroup(
-            GROUP,
-            self._consumer,
-            {self._stream: start},
-            count=self._batch,
-            block=self._block_ms if block else None,
-        )
+        # A blocking read waits for producers: only non-blocking ones are timed.
+        with self._timed("inbox") if not block else contextlib.nullcontext():
+            reply = await self._redis.xreadgroup(
+                GROUP,
+                self._consumer,
+                {self._stream: start},
+                count=self._batch,
+                block=self._block_ms if block else None,
+            )
         messages = reply[0][1] if reply else []
         for msg_id, fields in messages:
             if fields is None:  # deleted while pending
-                await self._redis.xack(self._stream, GROUP, msg_id)
+                with self._timed("inbox"):
+                    await self._redis.xack(self._stream, GROUP, msg_id)
                 continue
             await self._process(msg_id, fields)
         return len(messages) == self._batch
 
     async def _claim(self) -> None:
-        reply = await self._redis.xautoclaim(
-            self._stream, GROUP, self._consumer, self._claim_ms, "0-0", count=self._batch
-        )
+        with self._timed("inbox"):
+            reply = await self._redis.xautoclaim(
+                self._stream, GROUP, self._consumer, self._claim_ms, "0-0", count=self._batch
+            )
         for msg_id, fields in reply[1]:
             if fields:
                 await self._process(msg_id, fields)
             else:
-                await self._redis.xack(self._stream, GROUP, msg_id)
+                with self._timed("inbox"):
+                    await self._redis.xack(self._stream, GROUP, msg_id)
 
     async def _process(self, msg_id: bytes, fields: dict[bytes, bytes]) -> None:
         try:
-            tenant, team = self._parse(fields)
-            await self._publisher.publish_team_json(tenant, team, fields[b"body"], path="inbox")
+            values = self._parse(fields)
+            if self.kind is FeedKind.TEAM:
+                await self._publisher.publish_team_json(
+                    values[b"tenant"], values[b"team"], fields[b"body"], path="inbox"
+                )
+            else:
+                await self._publisher.publish_run_json(
+                    values[b"tenant"],
+                    values[b"thread"],
+                    values[b"run"],
+                    fields[b"body"],
+                    path="inbox",
+                    idempotency_key=values.get(b"idempotency_key"),
+                )
         except Unavailable:
             raise  # stays pending; retried after the outage
         except GatewayError as exc:
@@ -140,26 +170,32 @@ class Inbox:
             self._metrics.inbox_messages.labels(outcome="dead_lettered").inc()
         else:
             self._metrics.inbox_messages.labels(outcome="appended").inc()
-        await self._redis.xack(self._stream, GROUP, msg_id)
+        with self._timed("inbox"):
+            await self._redis.xack(self._stream, GROUP, msg_id)
 
-    def _parse(self, fields: dict[bytes, bytes]) -> tuple[str, str]:
-        unknown = set(fields) - set(_FIELDS)
+    def _parse(self, fields: dict[bytes, bytes]) -> dict[bytes, str]:
+        """The message's text fields (all but ``body``), checked."""
+        required, optional = _FIELDS[self.kind]
+        unknown = set(fields) - set(required) - set(optional)
         if unknown:
             name = sorted(unknown)[0].decode("utf-8", "replace")[:64]
             raise InvalidRequest(f"message: unknown field {name!r}")
-        for field in _FIELDS:
+        for field in required:
             if field not in fields:
                 raise InvalidRequest(f"message: missing field {field.decode()!r}")
         if len(fields[b"body"]) > self._max_body:
             raise TooLarge(f"body: larger than {self._max_body} bytes")
-        try:
-            tenant = fields[b"tenant"].decode("utf-8")
-            team = fields[b"team"].decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise InvalidRequest("tenant and team must be UTF-8") from exc
-        if not tenant:
+        values: dict[bytes, str] = {}
+        for field, raw in fields.items():
+            if field == b"body":
+                continue
+            try:
+                values[field] = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise InvalidRequest(f"{field.decode()}: must be UTF-8") from exc
+        if not values[b"tenant"]:
             raise InvalidRequest("tenant: must not be empty")
-        return tenant, team
+        return values
 
     async def _dead_letter(
         self, msg_id: bytes, fields: dict[bytes, bytes], reason: str, message: str
@@ -168,6 +204,5 @@ class Inbox:
         entry[b"id"] = msg_id
         entry[b"reason"] = reason.encode()
         entry[b"message"] = message.encode()
-        await self._redis.xadd(
-            self._dead, entry, maxlen=DEAD_LETTER_LIMIT, approximate=True
-        )
+        with self._timed("inbox"):
+            await self._redis.xadd(self._dead, entry, maxlen=DEAD_LETTER_LIMIT, approximate=True)

@@ -27,7 +27,8 @@ class _Feed:
         self.head = 0
         self.chain = ""
         self.host: bool | None = None
-        self.items: deque[tuple[StoredItem, str | None]] = deque()
+        #: (item, idempotency key, append time by time.time()) per retained item.
+        self.items: deque[tuple[StoredItem, str | None, float]] = deque()
         self.keys: dict[str, int] = {}
 
     def state(self) -> FeedState:
@@ -43,14 +44,49 @@ class _Feed:
         return None
 
 
+#: Transient messages kept per feed until a read collects them, and feeds with any.
+TRANSIENT_BACKLOG = 1000
+TRANSIENT_FEEDS = 10_000
+
+
 class MemoryLog(FeedLog):
     durable = False
 
     def __init__(self) -> None:
         super().__init__()
         self._feeds: dict[FeedKey, _Feed] = {}
+        #: Feeds to delete at a monotonic time (expire).
+        self._expiry: dict[FeedKey, float] = {}
+        #: Transient messages not yet collected: (epoch, head when sent, data).
+        self._transient: dict[FeedKey, list[tuple[int, int, bytes]]] = {}
         self._changed = anyio.Event()
         self._last_epoch = 0
+
+    def _get(self, feed: FeedKey) -> _Feed | None:
+        deadline = self._expiry.get(feed)
+        if deadline is not None and time.monotonic() >= deadline:
+            del self._expiry[feed]
+            self._feeds.pop(feed, None)
+        return self._feeds.get(feed)
+
+    async def broadcast(self, feed: FeedKey, data: bytes) -> None:
+        f = self._get(feed)
+        pending = self._transient.setdefault(feed, [])
+        if len(pending) < TRANSIENT_BACKLOG:  # nobody collects them: bounded
+            pending.append((f.epoch if f else 0, f.head if f else 0, data))
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    async def offset_of(self, feed: FeedKey, key: str) -> int | None:
+        f = self._get(feed)
+        if f is None:
+            return None
+        offset = f.keys.get(key)
+        return offset if offset is not None and f.at(offset) is not None else None
+
+    async def expire(self, feed: FeedKey, seconds: float) -> None:
+        if feed in self._feeds:
+            self._expiry[feed] = time.monotonic() + seconds
 
     def _new_epoch(self) -> int:
         self._last_epoch = self.epoch_floor(int(time.time() * 1000), self._last_epoch)
@@ -59,7 +95,7 @@ class MemoryLog(FeedLog):
     async def append(
         self, feed: FeedKey, items: Sequence[NewItem], *, retention: int
     ) -> AppendResult:
-        f = self._feeds.get(feed)
+        f = self._get(feed)
         new_epoch = f is None
         # Plan first so that a rejected batch writes nothing.
         planned: list[int | None] = []
@@ -89,6 +125,7 @@ class MemoryLog(FeedLog):
         if f is None:
             f = self._feeds[feed] = _Feed(self._new_epoch())
         cursors: list[Cursor] = []
+        now = time.time()
         for item, existing in zip(items, planned, strict=True):
             if existing is not None:
                 cursors.append(Cursor(f.epoch, existing))
@@ -96,14 +133,14 @@ class MemoryLog(FeedLog):
             f.head += 1
             f.chain = chain_next(f.chain, item.data)
             stored = StoredItem(f.epoch, f.head, item.data, f.chain)
-            f.items.append((stored, item.key or None))
+            f.items.append((stored, item.key or None, now))
             if item.key:
                 f.keys[item.key] = f.head
             if f.host is None and f.head == 1:
                 f.host = item.host_opening
             cursors.append(stored.cursor)
         while len(f.items) > retention:
-            _, key = f.items.popleft()
+            _, key, _ = f.items.popleft()
             if key is not None:
                 f.keys.pop(key, None)
         state = f.state()
@@ -113,11 +150,11 @@ class MemoryLog(FeedLog):
         return AppendResult(cursors, new_epoch, state)
 
     async def state(self, feed: FeedKey) -> FeedState | None:
-        f = self._feeds.get(feed)
+        f = self._get(feed)
         return None if f is None else f.state()
 
     async def read(self, feed: FeedKey, after: Cursor, limit: int) -> list[StoredItem]:
-        f = self._feeds.get(feed)
+        f = self._get(feed)
         if f is None or f.epoch != after.epoch or not f.items:
             return []
         start = max(0, after.offset + 1 - f.items[0][0].offset)
@@ -140,7 +177,7 @@ class MemoryLog(FeedLog):
     def _collect(self, positions: Mapping[FeedKey, Cursor], count: int) -> dict[FeedKey, Batch]:
         out: dict[FeedKey, Batch] = {}
         for feed, pos in positions.items():
-            f = self._feeds.get(feed)
+            f = self._get(feed)
             if f is None:
                 continue
             if f.epoch == pos.epoch:
@@ -150,7 +187,16 @@ class MemoryLog(FeedLog):
             else:
                 items = []
             if items:
-                out[feed] = Batch(items)
+                newest = f.items[items[-1].offset - f.items[0][0].offset]
+                out[feed] = Batch(items, appended=newest[2])
+            pending = self._transient.pop(feed, None)
+            if pending:
+                batch = out.setdefault(feed, Batch([]))
+                for epoch, head, data in pending:
+                    before = head - pos.offset if epoch == pos.epoch else 0
+                    batch.transient.append((max(0, min(len(batch.items), before)), data))
+        if len(self._transient) > TRANSIENT_FEEDS:
+            self._transient.clear()  # feeds nobody here follows
         return out
 
     @staticmethod

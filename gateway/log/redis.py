@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from importlib import resources
@@ -38,6 +39,7 @@ from gateway.feed import AppendResult, FeedKey, FeedState, NewItem, StoredItem
 from gateway.log.base import Batch, FeedLog, chain_next, split_known
 from gateway.log.listener import Listener
 from gateway.log.listener import connect as connect_listener
+from gateway.metrics import Metrics
 
 _MAX_SEQ = 18446744073709551615  # stream ids are <ms>-<seq>, both 64-bit
 _SCRIPT = resources.files("gateway.log").joinpath("feed.lua").read_text()
@@ -113,6 +115,8 @@ class RedisLog(FeedLog):
         self._run_id: bytes | None = None
         #: How many times this node found itself talking to another Redis process.
         self.server_changes = 0
+        #: Where command durations go (``gateway_redis_command_seconds``); set by the app.
+        self.metrics: Metrics | None = None
 
     async def _on_connect(self, connection: Any) -> None:
         """Every new connection: the usual handshake, then note which server it reached.
@@ -145,18 +149,37 @@ class RedisLog(FeedLog):
         return base + ":m", base + ":s", base + ":i"
 
     @contextlib.contextmanager
-    def _io(self, what: str) -> Iterator[None]:
+    def _io(self, what: str, command: str | None = None) -> Iterator[None]:
         # A failed command alone is no reason to verify everything: a restart or a
         # failover shows as a new run_id (_on_connect) or a lost listener (_listen).
-        with _translate(what):
+        started = time.perf_counter()
+        try:
+            with _translate(what):
+                yield
+        finally:
+            if command is not None:
+                self._observe(command, time.perf_counter() - started)
+
+    def _observe(self, command: str, seconds: float) -> None:
+        if self.metrics is not None:
+            self.metrics.redis_command_seconds.labels(command=command).observe(seconds)
+
+    @contextlib.contextmanager
+    def timed(self, command: str) -> Iterator[None]:
+        """Time a command another adapter of this package sends (the inbox); no
+        translation of errors."""
+        started = time.perf_counter()
+        try:
             yield
+        finally:
+            self._observe(command, time.perf_counter() - started)
 
     async def _run(self, feed: FeedKey, mode: str, retention: int, items: Sequence[NewItem]) -> Any:
         known_epoch, known_offset, known_chain = split_known(self.known(feed))
         args: list[Any] = [mode, retention, known_epoch, known_offset, known_chain, len(items), ""]
         for item in items:
             args += [item.key or "", item.data, "1" if item.host_opening else "0"]
-        with self._io(mode):
+        with self._io(mode, "append" if mode == "append" else "state"):
             return await self._script(keys=list(self.keys(feed)), args=args)
 
     @staticmethod
@@ -191,6 +214,25 @@ class RedisLog(FeedLog):
             await self._rebased(feed, state)
         return state
 
+    async def broadcast(self, feed: FeedKey, data: bytes) -> None:
+        # On the feed's own channel, marked so readers tell it from the append step's
+        # item messages (which start with a digit).
+        with self._io("broadcast"):
+            await self._redis.publish(self._stream_key(feed), TRANSIENT_MARK + data)
+
+    async def offset_of(self, feed: FeedKey, key: str) -> int | None:
+        with self._io("offset_of"):
+            raw = await self._redis.hget(self.keys(feed)[2], key)
+        return None if raw is None else int(raw)
+
+    async def expire(self, feed: FeedKey, seconds: float) -> None:
+        ms = max(1, int(seconds * 1000))
+        with self._io("expire"):
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for key in self.keys(feed):
+                    pipe.pexpire(key, ms)
+                await pipe.execute()
+
     async def _rebased(self, feed: FeedKey, state: FeedState) -> None:
         """A request noticed a rollback and moved the feed on: tell this node's reader."""
         self._reset_known(feed, state)
@@ -200,7 +242,7 @@ class RedisLog(FeedLog):
 
     async def read(self, feed: FeedKey, after: Cursor, limit: int) -> list[StoredItem]:
         _, stream, _ = self.keys(feed)
-        with self._io("read"):
+        with self._io("read", "xrange"):
             entries = await self._redis.xrange(
                 stream, f"{after.epoch}-{after.offset + 1}", f"{after.epoch}-{_MAX_SEQ}", limit
             )
@@ -268,15 +310,19 @@ class RedisLog(FeedLog):
         if resets:
             return resets
         with self._io("read_new"):
-            pushed, todo = await self._listen(positions, block_ms)
+            pushed, todo, stamps, transient = await self._listen(positions, block_ms)
         if len(self._stream_keys) > 2 * len(positions) + 1000:
             self._forget_keys(positions)
         out: dict[FeedKey, Batch] = {}
+        for feed, messages in transient.items():
+            if feed in positions:
+                out[feed] = Batch([], transient=messages)
         for feed, items in pushed.items():
             if feed in todo or feed not in positions:
                 continue
             if self._continues(feed, items):
-                out[feed] = Batch(items)
+                batch = out.setdefault(feed, Batch([]))
+                batch.items, batch.appended = items, stamps.get(feed, 0.0)
             else:
                 out[feed] = Batch([], reset=await self._rebase(feed))
         if not todo:
@@ -288,21 +334,29 @@ class RedisLog(FeedLog):
                 streams[self._stream_key(feed)] = b"%d-%d" % (pos.epoch, pos.offset)
         if not streams:
             return out
-        with self._io("read_new"):
+        with self._io("read_new", "xread"):
             reply = await self._redis.xread(streams, count=count)
         for key, entries in reply or ():
             feed = self._feeds_by_key[key]
             items = [_item(entry_id, fields) for entry_id, fields in entries]
             if self._continues(feed, items):
-                out[feed] = Batch(items)
+                appended = _seconds(entries[-1][1].get(b"t")) if entries else 0.0
+                batch = out.setdefault(feed, Batch([]))
+                batch.items, batch.appended = items, appended
             else:
                 out[feed] = Batch([], reset=await self._rebase(feed))
         return out
 
     async def _listen(
         self, positions: Mapping[FeedKey, Cursor], block_ms: int
-    ) -> tuple[dict[FeedKey, list[StoredItem]], set[FeedKey]]:
-        """Published items that continue each position, and the feeds to read instead."""
+    ) -> tuple[
+        dict[FeedKey, list[StoredItem]],
+        set[FeedKey],
+        dict[FeedKey, float],
+        dict[FeedKey, list[tuple[int, bytes]]],
+    ]:
+        """Published items that continue each position, the feeds to read instead, the
+        append time of each feed's newest published item, and transient messages."""
         now = anyio.current_time()
         sweep = self._listener is None or now - self._last_sweep >= self.SWEEP_SECONDS
         if self._listener is None:
@@ -319,6 +373,8 @@ class RedisLog(FeedLog):
         listener = self._listener
         pushed: dict[FeedKey, list[StoredItem]] = {}
         todo: set[FeedKey] = set()
+        stamps: dict[FeedKey, float] = {}
+        transient: dict[FeedKey, list[tuple[int, bytes]]] = {}
         try:
             if sweep or self._woken or len(positions) != len(self._followed):
                 # The set of feeds changed: (un)subscribe, and read the new ones now.
@@ -337,8 +393,10 @@ class RedisLog(FeedLog):
                 todo = current if sweep else added
             if sweep:
                 self._last_sweep = now
-                return pushed, todo
-            await self._gather(listener, positions, pushed, todo, now + block_ms / 1000)
+                return pushed, todo, stamps, transient
+            await self._gather(
+                listener, positions, pushed, todo, stamps, transient, now + block_ms / 1000
+            )
         except BaseException as exc:
             # The listening connection failed (or we were cancelled mid-read): start
             # over with a fresh one, subscriptions and a full sweep.
@@ -347,7 +405,7 @@ class RedisLog(FeedLog):
             if isinstance(exc, OSError):  # ListenerLost, a timeout: Redis may have moved
                 self._suspect = True
             raise
-        return pushed, todo
+        return pushed, todo, stamps, transient
 
     async def _gather(
         self,
@@ -355,6 +413,8 @@ class RedisLog(FeedLog):
         positions: Mapping[FeedKey, Cursor],
         pushed: dict[FeedKey, list[StoredItem]],
         todo: set[FeedKey],
+        stamps: dict[FeedKey, float],
+        transient: dict[FeedKey, list[tuple[int, bytes]]],
         deadline: float,
     ) -> None:
         """Wait (at most until ``deadline``) for messages, then take all that are there."""
@@ -368,14 +428,21 @@ class RedisLog(FeedLog):
                     woken = True
                     continue
                 feed = self._feeds_by_key.get(channel)
-                if feed is None or feed in todo:
+                if feed is None:
+                    continue
+                if payload.startswith(TRANSIENT_MARK):
+                    before = 0 if feed in todo else len(pushed.get(feed, ()))
+                    transient.setdefault(feed, []).append((before, payload[len(TRANSIENT_MARK) :]))
+                    continue
+                if feed in todo:
                     continue
                 pos = seen.get(feed) or positions.get(feed)
                 if pos is None:
                     continue
+                announced, appended = _announced(payload)
                 fresh = [
                     i
-                    for i in _announced(payload)
+                    for i in announced
                     if i.epoch > pos.epoch or (i.epoch == pos.epoch and i.offset > pos.offset)
                 ]
                 if not fresh:
@@ -386,10 +453,12 @@ class RedisLog(FeedLog):
                 ):
                     pushed.setdefault(feed, []).extend(fresh)
                     seen[feed] = fresh[-1].cursor
+                    stamps[feed] = appended
                 else:
                     todo.add(feed)  # something was missed: read the stream instead
                     pushed.pop(feed, None)
-            if pushed or todo or woken or anyio.current_time() >= deadline:
+                    stamps.pop(feed, None)
+            if pushed or todo or transient or woken or anyio.current_time() >= deadline:
                 return
 
     def _forget_keys(self, positions: Mapping[FeedKey, Cursor]) -> None:
@@ -414,7 +483,7 @@ class RedisLog(FeedLog):
         feeds = [feed for feed in list(positions) if self.known(feed) is not None]
         for start in range(0, len(feeds), self.VERIFY_BATCH):
             chunk = feeds[start : start + self.VERIFY_BATCH]
-            with self._io("verify"):
+            with self._io("verify", "verify"):
                 async with self._redis.pipeline(transaction=False) as pipe:
                     for feed in chunk:
                         known_epoch, known_offset, known_chain = split_known(self.known(feed))
@@ -438,11 +507,11 @@ class RedisLog(FeedLog):
 
     async def wake(self) -> None:
         self._woken = True
-        with self._io("wake"):
+        with self._io("wake", "wake"):
             await self._redis.publish(self._wake, b"1")
 
     async def ping(self) -> None:
-        with self._io("ping"):
+        with self._io("ping", "ping"):
             await self._redis.ping()
 
     async def aclose(self) -> None:
@@ -452,11 +521,17 @@ class RedisLog(FeedLog):
             await self._redis.aclose()
 
 
-def _announced(payload: bytes) -> list[StoredItem]:
-    """Parse what the append step published (see feed.lua): items in offset order."""
+#: Starts a transient message on a feed's channel (item messages start with a digit).
+TRANSIENT_MARK = b"T\n"
+
+
+def _announced(payload: bytes) -> tuple[list[StoredItem], float]:
+    """Parse what the append step published (see feed.lua): items in offset order, and
+    their append time (0.0 if the header has none: an older append step's message)."""
     head, _, rest = payload.partition(b"\n")
-    epoch_text, _, first_text = head.partition(b" ")
-    epoch, offset = int(epoch_text), int(first_text)
+    fields = head.split(b" ")
+    epoch, offset = int(fields[0]), int(fields[1])
+    appended = _seconds(fields[2]) if len(fields) > 2 else 0.0
     items: list[StoredItem] = []
     at, end = 0, len(rest)
     while at < end:
@@ -466,7 +541,17 @@ def _announced(payload: bytes) -> list[StoredItem]:
         at = start + int(size)
         items.append(StoredItem(epoch, offset, rest[start:at], chain.decode("ascii")))
         offset += 1
-    return items
+    return items, appended
+
+
+def _seconds(text: bytes | None) -> float:
+    """An append time as the append step writes it ("<s>.<us>"); 0.0 if absent or odd."""
+    if not text:
+        return 0.0
+    try:
+        return float(text)
+    except ValueError:
+        return 0.0
 
 
 def _item(entry_id: bytes, fields: dict[bytes, bytes]) -> StoredItem:

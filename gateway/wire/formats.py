@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import msgspec
+
+from gateway.agui.events import TERMINAL
 from gateway.cursor import Cursor
 from gateway.fanout.subscriber import Format
 from gateway.feed import FeedKey, StoredItem
+from gateway.runstream import stored_kind, stored_seq
 from gateway.wire import sse, ws
 from gateway.wire.teamitem import epoch_restarted_item, team_item
 
@@ -28,6 +32,89 @@ def _ws_restart(feed: FeedKey, cursor: Cursor) -> bytes:
 
 
 #: The team feed as SSE: ``id: E:O`` and one ``data:`` line holding the TeamItem.
-TEAM_SSE = Format("team-sse", _team_sse_frame, _team_sse_restart)
+TEAM_SSE = Format("team-sse", _team_sse_frame, _team_sse_restart, transport="sse")
 #: The team feed as ``gateway.v1`` event frames carrying the TeamItem.
-TEAM_WS = Format("team-ws", _team_ws_frame, _ws_restart)
+TEAM_WS = Format("team-ws", _team_ws_frame, _ws_restart, transport="ws")
+
+
+def _run_sse_frame(feed: FeedKey, item: StoredItem) -> bytes:
+    # A run item's payload is the AG-UI event as compact one-line JSON.
+    return sse.message(item.data, item.cursor.encode())
+
+
+def _run_sse_restart(feed: FeedKey, cursor: Cursor) -> bytes:
+    # D7: epoch_restarted as a CUSTOM event whose value holds the new cursor; its id is
+    # that cursor, so an EventSource that reconnects by itself resumes from it.
+    return sse.message(run_restart_event(cursor), cursor.encode())
+
+
+def run_restart_event(cursor: Cursor) -> bytes:
+    return (
+        b'{"type":"CUSTOM","name":"gateway.epoch_restarted","value":{"cursor":"'
+        + cursor.encode()
+        + b'"}}'
+    )
+
+
+def _run_ws_frame(feed: FeedKey, item: StoredItem) -> bytes:
+    return ws.frame(ws.event_payload(feed.public_name, item.cursor, item.data))
+
+
+def _is_terminal(item: StoredItem) -> bool:
+    return run_event_type(item.data) in TERMINAL
+
+
+class _TypeOnly(msgspec.Struct):
+    type: str = ""
+
+
+_type_decoder = msgspec.json.Decoder(_TypeOnly)
+
+
+def run_event_type(data: bytes) -> str:
+    """The ``type`` of a stored AG-UI event (decodes only that field)."""
+    try:
+        return _type_decoder.decode(data).type
+    except msgspec.DecodeError:
+        return ""
+
+
+#: A run feed as AG-UI SSE: ``id: E:O`` and ``data: <event JSON>``; the stream ends after
+#: the run's RUN_FINISHED or RUN_ERROR.
+RUN_SSE = Format(
+    "run-sse", _run_sse_frame, _run_sse_restart, transport="sse", ends=_is_terminal
+)
+#: A run feed as ``gateway.v1`` event frames carrying the AG-UI event.
+RUN_WS = Format("run-ws", _run_ws_frame, _ws_restart, transport="ws")
+
+
+def _stream_frame(feed: FeedKey, item: StoredItem) -> bytes:
+    # Committed events carry their seq as the SSE id; the final result carries none.
+    seq = stored_seq(item.data)
+    return sse.message(item.data, None if seq is None else str(seq).encode())
+
+
+def _stream_restart(feed: FeedKey, cursor: Cursor) -> bytes:
+    # The seed's run stream has no epochs: the stream just ends and the client resumes
+    # with its last seq.
+    return sse.comment(b"stream restarted: resume with your last seq")
+
+
+def _stream_ends(item: StoredItem) -> bool:
+    return stored_kind(item.data) == "result"
+
+
+def _stream_transient(feed: FeedKey, data: bytes) -> bytes:
+    return sse.message(data)
+
+
+#: The threads run stream (D7b): SseMessages, ``id: <seq>`` on committed events,
+#: transient delta/status messages live, ending after the result.
+RUN_STREAM_SSE = Format(
+    "run-stream-sse",
+    _stream_frame,
+    _stream_restart,
+    transport="sse",
+    ends=_stream_ends,
+    transient=_stream_transient,
+)

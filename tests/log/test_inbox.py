@@ -107,11 +107,7 @@ async def wait_drained(raw: Any, prefix: str, last_id: str) -> None:
     async def check() -> bool:
         groups = await raw.xinfo_groups(inbox_key(prefix))
         info = next((g for g in groups if g["name"] == GROUP.decode()), None)
-        return (
-            info is not None
-            and info["last-delivered-id"] == last_id
-            and info["pending"] == 0
-        )
+        return info is not None and info["last-delivered-id"] == last_id and info["pending"] == 0
 
     await eventually(check, f"the inbox group to process and ack up to {last_id}")
 
@@ -187,8 +183,14 @@ async def test_redis_cli_array_body_appends_all_in_order_then_live(
                         if len(received) == 3:
                             # A follower that has caught up gets the next message live.
                             await cli_xadd(
-                                redis_url, redis_prefix,
-                                "tenant", TENANT, "team", team, "body", json.dumps(later),
+                                redis_url,
+                                redis_prefix,
+                                "tenant",
+                                TENANT,
+                                "team",
+                                team,
+                                "body",
+                                json.dumps(later),
                             )
                         if len(received) == 4:
                             break
@@ -201,23 +203,34 @@ async def test_redis_cli_array_body_appends_all_in_order_then_live(
 
 def _rejections(team: str, original: dict[str, Any]) -> list[tuple[str, dict[str, str], str, str]]:
     """(case, message fields, expected reason, text the dead-letter message must contain)."""
-    bad_text = ev.item(ev.event("team_message", {
-        "message_id": "m-1", "from": "lead", "to": "*", "text": 5}))
+    bad_text = ev.item(
+        ev.event("team_message", {"message_id": "m-1", "from": "lead", "to": "*", "text": 5})
+    )
     reused = json.loads(json.dumps(original))
     reused["event"]["data"]["text"] = "a different body under the same event_id"
     return [
-        ("bad JSON", {"tenant": TENANT, "team": team, "body": "{not json"},
-         "invalid_request", "JSON"),
+        (
+            "bad JSON",
+            {"tenant": TENANT, "team": team, "body": "{not json"},
+            "invalid_request",
+            "JSON",
+        ),
         ("schema violation", message(team, bad_text), "invalid_request", "event.data.text"),
-        ("source of another tenant",
-         message(team, ev.item(source=ev.member_source("globex", team))),
-         "invalid_request", "source.member.tenant"),
+        (
+            "source of another tenant",
+            message(team, ev.item(source=ev.member_source("globex", team))),
+            "invalid_request",
+            "source.member.tenant",
+        ),
         ("missing field", {"tenant": TENANT, "team": team}, "invalid_request", "body"),
-        ("unknown field", {**message(team, ev.item()), "colour": "red"},
-         "invalid_request", "colour"),
+        (
+            "unknown field",
+            {**message(team, ev.item()), "colour": "red"},
+            "invalid_request",
+            "colour",
+        ),
         ("empty tenant", message(team, ev.item(), tenant=""), "invalid_request", "tenant"),
-        ("team not a lowercase UUID", message(team.upper(), ev.item()),
-         "invalid_request", "team"),
+        ("team not a lowercase UUID", message(team.upper(), ev.item()), "invalid_request", "team"),
         ("team not a UUID", message("not-a-team", ev.item()), "invalid_request", "team"),
         ("reused event_id", message(team, reused), "idempotency_key_reused", "event_id"),
     ]
@@ -390,3 +403,69 @@ async def test_deeply_nested_body_is_dead_lettered_and_the_node_keeps_going(
         assert "body" in entry["message"]
         state = await feed_state(node, team)
         assert state is not None and state.head == 1
+
+
+# --------------------------------------------------------------------------- run feeds
+
+
+async def test_run_inbox_appends_ag_ui_events_and_dead_letters_bad_ones(
+    redis_url: str, redis_prefix: str, raw: Any
+) -> None:
+    from gateway.feed import FeedKind, run_feed
+    from tests.agui.runs import NESTED, RUN, THREAD
+
+    stream = inbox_key(redis_prefix, FeedKind.RUN)
+    first = {"tenant": TENANT, "thread": THREAD, "run": RUN, "body": json.dumps(NESTED[:5])}
+    async with start_node(redis_url, redis_prefix) as node:
+        # A producer in another language: the redis-cli binary.
+        result = await anyio.run_process(
+            [
+                REDIS_CLI,
+                "--no-auth-warning",
+                "-u",
+                redis_url,
+                "XADD",
+                stream,
+                "*",
+                *[part for pair in first.items() for part in pair],
+                "idempotency_key",
+                "batch-1",
+            ],
+        )
+        assert result.returncode == 0
+        # The same message again (a producer's retry) appends nothing new.
+        await raw.xadd(stream, {**first, "idempotency_key": "batch-1"})
+        bad = await raw.xadd(
+            stream,
+            {
+                "tenant": TENANT,
+                "thread": THREAD,
+                "run": RUN,
+                "body": json.dumps({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m"}),
+            },
+        )
+        rest = await raw.xadd(
+            stream, {"tenant": TENANT, "thread": THREAD, "run": RUN, "body": json.dumps(NESTED[5:])}
+        )
+        feed = run_feed(TENANT, THREAD, RUN)
+
+        async def complete() -> bool:
+            state = await node.log.state(feed)
+            return state is not None and state.head == len(NESTED)
+
+        await eventually(complete, "the run's events")
+        dead = await eventually(
+            lambda: raw.xrange(dead_letter_key(redis_prefix, FeedKind.RUN)), "the dead letter"
+        )
+        assert [(f["id"], f["reason"]) for _, f in dead] == [(bad, "invalid_request")]
+        assert "delta" in dead[0][1]["message"]
+        async with httpx.AsyncClient(base_url=node.url, timeout=10) as client:
+            got: list[Any] = []
+            with anyio.fail_after(10):
+                async with aconnect_sse(
+                    client, "GET", f"/v1/threads/{THREAD}/runs/{RUN}/ui/ag-ui", headers=auth()
+                ) as source:
+                    async for sse in source.aiter_sse():
+                        got.append(json.loads(sse.data))
+        assert got == NESTED
+        assert rest

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 
 import anyio
@@ -12,7 +13,7 @@ from gateway.errors import IdempotencyKeyReused
 from gateway.feed import FeedKey, NewItem, team_feed
 from gateway.log.base import FeedLog, chain_next
 from gateway.log.memory import MemoryLog
-from gateway.log.redis import RedisLog
+from gateway.log.redis import RedisLog, _announced
 from tests.support import events as ev
 
 pytestmark = pytest.mark.anyio
@@ -168,6 +169,35 @@ async def test_read_new_follows_many_feeds_and_epoch_changes(log: FeedLog) -> No
         (r3.state.epoch, 1),
         (r3.state.epoch, 2),
     ]
+
+
+async def test_reads_carry_the_append_time(log: FeedLog) -> None:
+    f = feed()
+    r = await log.append(f, items(2), retention=100)
+    # Redis: the first read of a feed is an XREAD (the stream entries' t field) ...
+    got = await log.read_new({f: Cursor(r.state.epoch, 0)}, count=100, block_ms=100)
+    first = got[f].appended
+    assert abs(first - time.time()) < 60  # wall-clock seconds (Redis TIME or ours)
+    # ... the next ones take the published message (its header's append time).
+    await log.append(f, items(1), retention=100)
+    got = await log.read_new({f: r.state.head_cursor}, count=100, block_ms=2_000)
+    assert [i.offset for i in got[f].items] == [3]
+    assert got[f].appended >= first
+
+
+def test_announcements_are_read_with_or_without_an_append_time() -> None:
+    payload = b"c1 2\nabc2 1\nd"
+    items, appended = _announced(b"17 4 1700000000.250000\n" + payload)
+    assert appended == 1700000000.25
+    assert [(i.epoch, i.offset, i.data, i.chain) for i in items] == [
+        (17, 4, b"ab", "c1"),
+        (17, 5, b"d", "c2"),
+    ]
+    # What an older append step published (no time), or an odd time: items still read.
+    for head in (b"17 4\n", b"17 4 soon\n", b"17 4 1.5 extra\n"):
+        again, when = _announced(head + payload)
+        assert again == items
+        assert when == (1.5 if b"1.5" in head else 0.0)
 
 
 async def test_wake_returns_a_blocked_read(log: FeedLog) -> None:

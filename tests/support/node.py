@@ -51,11 +51,18 @@ def token(
     scopes: Sequence[str] = ("subscribe", "publish"),
     *,
     teams: Sequence[str] | None = None,
+    threads: Sequence[str] | None = None,
     ttl: int = 3600,
     subject: str = "tester",
 ) -> str:
     return mint(
-        SECRET, tenant=tenant, subject=subject, scopes=scopes, teams=teams, ttl_seconds=ttl
+        SECRET,
+        tenant=tenant,
+        subject=subject,
+        scopes=scopes,
+        teams=teams,
+        threads=threads,
+        ttl_seconds=ttl,
     )
 
 

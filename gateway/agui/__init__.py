@@ -1,0 +1,1 @@
+"""AG-UI run feeds: event checks, the run fold and its prelude."""

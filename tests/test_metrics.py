@@ -1,0 +1,248 @@
+"""The metrics of gateway/metrics.py, observed on real nodes (embedded log and Redis).
+
+Each test drives a real node over real sockets (httpx, httpx-sse, websockets) and reads
+the node's own registry.  Waits are bounded (``until``); nothing sleeps to synchronise.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from httpx_sse import aconnect_sse
+from prometheus_client.parser import text_string_to_metric_families
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.typing import Subprotocol
+
+from gateway import __version__
+from gateway.app import Gateway
+from gateway.fanout.subscriber import SubState
+from gateway.feed import team_feed
+from gateway.metrics import DISCONNECT_REASONS, LoopHistogram
+from tests.support import events as ev
+from tests.support.node import auth, metric, start_node, token
+from tests.support.wait import until
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+async def node(node_redis: tuple[str | None, str]) -> AsyncIterator[Gateway]:
+    url, prefix = node_redis
+    async with start_node(url, prefix) as n:
+        yield n
+
+
+@pytest.fixture
+async def http(node: Gateway) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=node.url, timeout=10) as c:
+        yield c
+
+
+async def publish(http: httpx.AsyncClient, team: str, n: int = 1) -> list[str]:
+    r = await http.post(
+        f"/v1/teams/{team}/events", json=[ev.item() for _ in range(n)], headers=auth()
+    )
+    assert r.status_code == 200, r.text
+    cursors: list[str] = r.json()["cursors"]
+    return cursors
+
+
+def open_ws(node: Gateway) -> connect:
+    return connect(
+        f"ws://{node.settings.host}:{node.port}/v1/ws",
+        subprotocols=[Subprotocol("gateway.v1")],
+        additional_headers=auth(),
+        compression=None,
+        proxy=None,
+        open_timeout=5,
+        close_timeout=2,
+        ping_interval=None,
+    )
+
+
+async def recv(ws: ClientConnection) -> tuple[str, dict[str, Any]]:
+    with anyio.fail_after(5):
+        raw = await ws.recv()
+    assert isinstance(raw, str)
+    frame: dict[str, Any] = json.loads(raw)
+    return raw, frame
+
+
+def subs(node: Gateway, transport: str) -> float:
+    return metric(node, "gateway_subscriptions", transport=transport, kind="team")
+
+
+async def test_a_live_delivery_is_measured_once_per_batch(
+    node: Gateway, http: httpx.AsyncClient
+) -> None:
+    team = ev.team_id()
+    [first] = await publish(http, team)
+    feed = team_feed("acme", team)
+    async with (
+        open_ws(node) as ws,
+        aconnect_sse(http, "GET", f"/v1/teams/{team}/events", headers=auth()) as source,
+    ):
+        events = source.aiter_sse()
+        # SSE without a cursor replays the first item; WebSocket joins at the head.
+        with anyio.fail_after(5):
+            replayed = await anext(events)
+        assert replayed.id == first
+        await ws.send(json.dumps({"type": "subscribe", "feed": f"team/{team}", "after": first}))
+        assert (await recv(ws))[1]["type"] == "subscribed"
+        await until(
+            lambda: feed in node.hub.channels
+            and len(node.hub.channels[feed].subs) == 2
+            and all(s.state is SubState.LIVE for s in node.hub.channels[feed].subs),
+            5,
+            "both subscriptions live",
+        )
+        assert subs(node, "sse") == 1 and subs(node, "ws") == 1
+        assert metric(node, "gateway_connects_total", transport="sse") == 1
+        assert metric(node, "gateway_connects_total", transport="ws") == 1
+        # One join replayed one item, the other none.
+        assert metric(node, "gateway_replay_items_count") == 2
+        assert metric(node, "gateway_replay_items_sum") == 1
+        assert metric(node, "gateway_frames_sent_total", transport="sse") == 1
+        assert metric(node, "gateway_delivery_lag_seconds_count") == 0
+
+        [second] = await publish(http, team)
+        raw, frame = await recv(ws)
+        assert frame["type"] == "event" and frame["cursor"] == second
+        with anyio.fail_after(5):
+            live = await anext(events)
+        assert live.id == second
+
+        # The batch reached two sockets: measured once, counted per transport.
+        assert metric(node, "gateway_fanout_seconds_count") == 1
+        assert metric(node, "gateway_delivery_lag_seconds_count") == 1
+        assert metric(node, "gateway_delivery_lag_seconds_sum") >= 0
+        assert metric(node, "gateway_frames_sent_total", transport="sse") == 2
+        assert metric(node, "gateway_frames_sent_total", transport="ws") == 1
+        # A WebSocket frame is its payload plus a 2- or 4-byte header.
+        ws_bytes = metric(node, "gateway_bytes_sent_total", transport="ws")
+        assert len(raw.encode()) + 2 <= ws_bytes <= len(raw.encode()) + 4
+        sse_bytes = metric(node, "gateway_bytes_sent_total", transport="sse")
+        assert sse_bytes > len(replayed.data) + len(live.data)
+    # Both clients went away.
+    await until(lambda: subs(node, "sse") == 0 and subs(node, "ws") == 0, 5, "subscriptions end")
+    await until(
+        lambda: metric(node, "gateway_connections", transport="sse") == 0
+        and metric(node, "gateway_connections", transport="ws") == 0,
+        5,
+        "connections end",
+    )
+    for transport in ("sse", "ws"):
+        assert metric(node, "gateway_disconnects_total", transport=transport, reason="client") == 1
+        for reason in DISCONNECT_REASONS:
+            if reason != "client":
+                labels = {"transport": transport, "reason": reason}
+                assert metric(node, "gateway_disconnects_total", **labels) == 0
+
+
+async def test_redis_commands_are_timed(redis_url: str, redis_prefix: str) -> None:
+    async with (
+        start_node(redis_url, redis_prefix) as node,
+        httpx.AsyncClient(base_url=node.url, timeout=10) as http,
+    ):
+        team = ev.team_id()
+        [cursor] = await publish(http, team)
+        async with aconnect_sse(
+            http, "GET", f"/v1/teams/{team}/events", headers=auth()
+        ) as source:
+            with anyio.fail_after(5):
+                assert (await anext(source.aiter_sse())).id == cursor
+        assert (await http.get("/readyz")).status_code == 200
+        for command in ("append", "state", "xrange", "ping", "wake"):
+            count = metric(node, "gateway_redis_command_seconds_count", command=command)
+            assert count >= 1, command
+        # The reader's first read of a new feed is an XREAD.
+        await until(
+            lambda: metric(node, "gateway_redis_command_seconds_count", command="xread") >= 1,
+            10,
+            "an XREAD",
+        )
+
+
+async def test_sse_stream_ended_by_epoch_restarted_counts_as_reset(
+    node: Gateway, http: httpx.AsyncClient
+) -> None:
+    team = ev.team_id()
+    [cursor] = await publish(http, team)
+    old = f"{int(cursor.split(':')[0]) - 1}:7"
+    with anyio.fail_after(10):
+        async with aconnect_sse(
+            http, "GET", f"/v1/teams/{team}/events", headers={**auth(), "Last-Event-ID": old}
+        ) as source:
+            got = [sse async for sse in source.aiter_sse()]  # the server ends it
+    assert '"kind":"epoch_restarted"' in got[-1].data
+    await until(
+        lambda: metric(node, "gateway_disconnects_total", transport="sse", reason="reset") == 1,
+        5,
+        "the reset is counted",
+    )
+    assert metric(node, "gateway_disconnects_total", transport="sse", reason="client") == 0
+    assert metric(node, "gateway_connects_total", transport="sse") == 1
+
+
+async def test_drained_sse_stream_counts_as_shutdown_and_ready_goes_to_zero(
+    node: Gateway, http: httpx.AsyncClient
+) -> None:
+    team = ev.team_id()
+    [cursor] = await publish(http, team)
+    assert (await http.get("/readyz")).status_code == 200
+    assert metric(node, "gateway_ready") == 1
+    async with aconnect_sse(http, "GET", f"/v1/teams/{team}/events", headers=auth()) as source:
+        events = source.aiter_sse()
+        with anyio.fail_after(5):
+            assert (await anext(events)).id == cursor
+        with anyio.fail_after(5):
+            await node.drain(0.01)
+            assert [sse async for sse in events] == []  # the server ends the stream
+    await until(
+        lambda: metric(node, "gateway_disconnects_total", transport="sse", reason="shutdown") == 1,
+        5,
+        "the drain is counted",
+    )
+    # The node no longer listens: ask the check behind /readyz directly.
+    assert await node.routes.ready() == (False, "draining")
+    assert metric(node, "gateway_ready") == 0
+
+
+async def test_build_info_and_exposition(node: Gateway, http: httpx.AsyncClient) -> None:
+    assert metric(node, "gateway_build_info", version=__version__) == 1
+    text = (await http.get("/metrics")).text
+    names = {family.name for family in text_string_to_metric_families(text)}
+    for name in (
+        "gateway_build_info",
+        "gateway_connects",
+        "gateway_subscriptions",
+        "gateway_frames_sent",
+        "gateway_bytes_sent",
+        "gateway_delivery_lag_seconds",
+        "gateway_fanout_seconds",
+        "gateway_redis_command_seconds",
+        "gateway_replay_items",
+        "gateway_ready",
+    ):
+        assert name in names, name
+    # The token never reaches a label.
+    assert token() not in text
+
+
+def test_loop_histogram_buckets_are_cumulative_and_inclusive() -> None:
+    h = LoopHistogram("h_seconds", "help", (0.1, 1.0))
+    for value in (0.05, 0.1, 0.5, 1.0, 7.0):
+        h.observe(value)
+    family = h.family()
+    samples = {(s.name, s.labels.get("le")): s.value for s in family.samples}
+    assert samples[("h_seconds_bucket", "0.1")] == 2  # le is inclusive
+    assert samples[("h_seconds_bucket", "1.0")] == 4
+    assert samples[("h_seconds_bucket", "+Inf")] == 5
+    assert samples[("h_seconds_count", None)] == 5
+    assert samples[("h_seconds_sum", None)] == pytest.approx(8.65)
+
