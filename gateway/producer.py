@@ -16,16 +16,29 @@ from collections.abc import Callable
 from typing import Any
 
 import msgspec
+import structlog
 
 from gateway.agui.events import TERMINAL, check_body, encode
+from gateway.agui.folds import BLOCK as FOLD_BLOCK
+from gateway.agui.folds import Folds
 from gateway.cursor import Cursor
-from gateway.errors import InvalidRequest
-from gateway.feed import NewItem, is_run_part, is_team_id, run_events_feed, run_feed, team_feed
+from gateway.errors import GatewayError, IdempotencyKeyReused, InvalidRequest
+from gateway.feed import (
+    FeedKey,
+    NewItem,
+    is_run_part,
+    is_team_id,
+    run_events_feed,
+    run_feed,
+    team_feed,
+)
 from gateway.log.base import FeedLog
 from gateway.metrics import Metrics
 from gateway.runstream import check_messages, seq_key
 from gateway.validate import validate_team_publish
 from gateway.wire.teamitem import team_payload
+
+log = structlog.get_logger("gateway.producer")
 
 
 def decode_body(raw: bytes) -> object:
@@ -57,6 +70,9 @@ class Publisher:
         self.run_retention = run_retention
         self.run_finished_ttl = run_finished_ttl
         self.agui_strict = agui_strict
+        #: Run folds (shared with the node's routes): kept with a run feed before
+        #: retention trims its start.
+        self.folds = Folds(feed_log)
 
     async def publish_team_json(
         self,
@@ -186,17 +202,46 @@ class Publisher:
             except RecursionError as exc:
                 raise InvalidRequest("body: JSON nested too deeply") from exc
             feed = run_feed(tenant, thread_id, run_id)
-            result = await self.log.append(feed, new, retention=self.run_retention)
+            if idempotency_key is not None:
+                await self._check_request_key(feed, idempotency_key, len(new))
+            result = await self.log.append(
+                feed, new, retention=self.run_retention, align=FOLD_BLOCK
+            )
             if self.run_finished_ttl > 0 and any(e["type"] in TERMINAL for e in events):
                 await self.log.expire(feed, self.run_finished_ttl)
+            try:
+                await self.folds.persist(feed, result.state, self.run_retention)
+            except GatewayError as exc:
+                # Appended all the same; the next append near the limit tries again.
+                log.warning("keeping a run's fold failed", error=exc.message)
         except Exception as exc:
             self.reject(exc, path)
             raise
         self.metrics.published.labels(kind="run", path=path).inc(len(new))
         return result.cursors
 
+    async def _check_request_key(self, feed: FeedKey, key: str, n: int) -> None:
+        """A retained ``Idempotency-Key`` must come back with as many events (the events
+        themselves are compared by the append step, item by item)."""
+        if await self.log.offset_of(feed, f"{key}#0") is None:
+            return
+        if (
+            await self.log.offset_of(feed, f"{key}#{n - 1}") is None
+            or await self.log.offset_of(feed, f"{key}#{n}") is not None
+        ):
+            raise IdempotencyKeyReused(
+                "Idempotency-Key was already used for a different list of events"
+            )
+
     async def publish_run_stream_json(
-        self, tenant: str, thread_id: str, run_id: str, raw: bytes, *, path: str
+        self,
+        tenant: str,
+        thread_id: str,
+        run_id: str,
+        raw: bytes,
+        *,
+        path: str,
+        admit: Callable[[int], None] | None = None,
     ) -> list[Cursor | None]:
         """:meth:`publish_run_stream` for a body still in JSON text."""
         try:
@@ -204,10 +249,19 @@ class Publisher:
         except InvalidRequest as exc:
             self.reject(exc, path)
             raise
-        return await self.publish_run_stream(tenant, thread_id, run_id, body, path=path)
+        return await self.publish_run_stream(
+            tenant, thread_id, run_id, body, path=path, admit=admit
+        )
 
     async def publish_run_stream(
-        self, tenant: str, thread_id: str, run_id: str, body: object, *, path: str
+        self,
+        tenant: str,
+        thread_id: str,
+        run_id: str,
+        body: object,
+        *,
+        path: str,
+        admit: Callable[[int], None] | None = None,
     ) -> list[Cursor | None]:
         """Publish SseMessages to a run's threads stream (D7b), in order.
 
@@ -218,6 +272,8 @@ class Publisher:
         (their cursor is None).  Everything is checked before anything is sent.
         """
         try:
+            if admit is not None:
+                admit(len(body) if isinstance(body, list) else 1)
             if not is_run_part(thread_id) or not is_run_part(run_id):
                 raise InvalidRequest("thread_id and run_id must match ^[A-Za-z0-9_.-]{1,128}$")
             messages = check_messages(body, thread_id=thread_id, run_id=run_id)

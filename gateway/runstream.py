@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 
 from gateway.errors import InvalidRequest
-from gateway.validate import validate_component, validate_event
+from gateway.validate import MAX_BATCH_ITEMS, validate_component, validate_event
 
 Message = dict[str, Any]
 
@@ -87,6 +87,8 @@ def check_messages(body: object, *, thread_id: str, run_id: str) -> list[Message
     items = body if isinstance(body, list) else [body]
     if not items:
         raise InvalidRequest("body: an empty array publishes nothing")
+    if len(items) > MAX_BATCH_ITEMS:
+        raise InvalidRequest(f"body: at most {MAX_BATCH_ITEMS} messages per request")
     out: list[Message] = []
     last: int | None = None
     for index, item in enumerate(items):

@@ -6,13 +6,16 @@ Usage (from anywhere)::
     uv run python scripts/gen_openapi.py          # rewrite the document
     uv run python scripts/gen_openapi.py --check  # exit 1 if the committed file differs
 
-The team-feed route (``GET /v1/teams/{team}/events``, seed operation ``subscribeTeam``)
-and every component schema it needs are copied from the seed, the OpenAPI 3.2.0
-document "threads host API".  The seed is read from the package copy
-``gateway/schemas/threads-host-api.openapi.json`` (so this works offline and in CI),
-else from ``../shared/seeds/threads-host-api.openapi.json`` beside the repository.
-Everything the gateway adds (publishing, health, metrics, authentication, its extra
-error codes) is Python data below.  The output is deterministic: same seed, same bytes.
+The team-feed route (``GET /v1/teams/{team}/events``, seed operation ``subscribeTeam``),
+the run stream route (``GET /v1/threads/{thread_id}/runs/{run_id}/events``, seed
+operation ``subscribeRun``) and every component schema they and the run-feed routes need
+(the seed's ``ag-ui-1``, ``ag-ui-1_RunAgentInput``, ``SseMessage``, ...) are copied from
+the seed, the OpenAPI 3.2.0 document "threads host API".  The seed is read from the
+package copy ``gateway/schemas/threads-host-api.openapi.json`` (so this works offline and
+in CI), else from ``../shared/seeds/threads-host-api.openapi.json`` beside the
+repository.  Everything the gateway adds (publishing, the AG-UI run feeds, attaching,
+health, metrics, authentication, its extra error codes) is Python data below.  The
+output is deterministic: same seed, same bytes.
 """
 
 from __future__ import annotations
@@ -34,6 +37,13 @@ SEED_CANDIDATES = (
 
 SCHEMA_PREFIX = "#/components/schemas/"
 TEAM_EVENTS = "/v1/teams/{team}/events"
+RUN_UI = "/v1/threads/{thread_id}/runs/{run_id}/ui/ag-ui"
+RUN_EVENTS = "/v1/threads/{thread_id}/runs/{run_id}/events"
+AGENT_UI = "/v1/ui/ag-ui/{agent}"
+#: Thread and run ids of run feeds (decisions D1; gateway.feed, a test checks they agree).
+RUN_PART_PATTERN = "^[A-Za-z0-9_.-]{1,128}$"
+#: Longest Idempotency-Key of a run publish (gateway.producer; a test checks it).
+MAX_IDEMPOTENCY_KEY = 200
 CURSOR_PATTERN = "^[0-9]+:[0-9]+$"
 #: Largest publish array (gateway.validate.MAX_BATCH_ITEMS; a test checks they agree).
 MAX_BATCH_ITEMS = 1000
@@ -51,9 +61,12 @@ SEED_ROOTS = (
     "Failure",
     "events_Event",
     "events_TeamId",
+    "ag-ui-1",
+    "ag-ui-1_RunAgentInput",
+    "SseMessage",
 )
-#: Seed response components copied as they are (the team route's seed 4XX response).
-SEED_RESPONSES = ("SubscribeTeamError",)
+#: Seed response components copied as they are (the seed 4XX responses of its routes).
+SEED_RESPONSES = ("SubscribeTeamError", "SubscribeRunError")
 
 
 # -- the seed -----------------------------------------------------------------------------
@@ -152,18 +165,49 @@ def json_content(schema: dict[str, Any]) -> dict[str, Any]:
     return {"application/json": {"schema": schema}}
 
 
+def access_token_param() -> dict[str, Any]:
+    return {
+        "name": "access_token",
+        "in": "query",
+        "required": False,
+        "description": (
+            "The bearer JWT, for EventSource clients that cannot set the Authorization "
+            "header (decisions D5). Used only when no Authorization header is sent. Query "
+            "strings are never logged; prefer short-lived tokens here."
+        ),
+        "schema": {"type": "string", "minLength": 1},
+    }
+
+
+def sse_headers() -> dict[str, Any]:
+    """The response headers of every SSE route."""
+    return {
+        "Cache-Control": {
+            "description": "Always `no-cache`: the stream is live.",
+            "schema": {"type": "string", "const": "no-cache"},
+        },
+        "X-Accel-Buffering": {
+            "description": "Always `no`: tells nginx-style proxies not to buffer the stream.",
+            "schema": {"type": "string", "const": "no"},
+        },
+    }
+
+
 # -- hand-written parts -------------------------------------------------------------------
 
 INFO_DESCRIPTION = f"""\
 The HTTP routes of the fan-out gateway for AI-agent event streams. Its contract is \
 `decisions.md` (D1-D8); this document describes the HTTP routes only (not the WebSocket \
-protocol or the run feeds).
+protocol, `GET /v1/ws`).
 
 **Seed.** `GET {TEAM_EVENTS}` follows the seed's OpenAPI 3.2.0 document "threads host \
 API" (version 1, operation `subscribeTeam`, x-api `Team.events`): its parameters, its \
 200 `text/event-stream` response with `x-sse-data` TeamItem, its 4XX response and its \
-`x-error-codes` are the seed's. The component schemas TeamItem, TeamCursor, TeamSource, \
-ErrorBody, Failure, events_Event and everything they reference are copied from the seed \
+`x-error-codes` are the seed's. `GET {RUN_EVENTS}` is the seed's `subscribeRun` \
+(x-api `Host.subscribe`, 200 with `x-sse-data` SseMessage, its 4XX), with additions its \
+description lists (decisions D7b). The component schemas TeamItem, TeamCursor, \
+TeamSource, ErrorBody, Failure, events_Event, ag-ui-1 (AG-UI 1.0), \
+ag-ui-1_RunAgentInput, SseMessage and everything they reference are copied from the seed \
 unchanged. This document is OpenAPI 3.1.0 so that common tools read it; it uses nothing \
 that needs 3.2.
 
@@ -179,15 +223,19 @@ angle-bracket text of its cursor descriptions ("its id :."); the route texts her
 it as {CURSOR_TEXT}. (7) A summary.
 
 **Gateway-only routes.** `POST {TEAM_EVENTS}` publishes to a team feed (D4). \
-`GET /healthz`, `GET /readyz`, `GET /metrics` and `GET /openapi.json` (this document) \
-are unauthenticated operational routes (D8).
+`POST {RUN_UI}` publishes AG-UI events to a run feed and `GET` on it follows the run as \
+AG-UI SSE (D4, D7; it departs from the seed's `uiRunFrames`, see there). `POST \
+{RUN_EVENTS}` publishes to a run's threads stream (D7b). `POST {AGENT_UI}` attaches an \
+AG-UI client to a run that is going; unlike the seed's `uiAgUiRun` on that path it never \
+starts a run (D7). `GET /healthz`, `GET /readyz`, `GET /metrics` and `GET \
+/openapi.json` (this document) are unauthenticated operational routes (D8).
 
 **Errors.** Every error body is exactly `{{"error": {{"code", "message"}}}}` with nothing \
 else. Codes are the seed's (events_ErrorCode, api_ApiErrorCode) plus GatewayErrorCode \
-({", ".join(GATEWAY_ERROR_CODES)}). Another method on `{TEAM_EVENTS}` is 405 \
-method_not_allowed, as is anything but GET or HEAD on the operational routes; an unknown \
-`/v1` route is 401 without a valid token and 404 with one. Another tenant's team and a team \
-that does not exist get byte-identical responses.
+({", ".join(GATEWAY_ERROR_CODES)}). A method a `/v1` route does not declare is 405 \
+method_not_allowed with `Allow`, as is anything but GET or HEAD on the operational \
+routes; an unknown `/v1` route is 401 without a valid token and 404 with one. Another \
+tenant's team or run and one that does not exist get byte-identical responses.
 
 **Authentication** (D5). Every `/v1` route needs a bearer JWT; with no authenticator \
 configured on the gateway every `/v1` route answers 401."""
@@ -281,29 +329,10 @@ def team_get(seed: dict[str, Any], known: set[str]) -> dict[str, Any]:
         }
     else:
         last_event_id = params["Last-Event-ID"]
-    access_token = {
-        "name": "access_token",
-        "in": "query",
-        "required": False,
-        "description": (
-            "The bearer JWT, for EventSource clients that cannot set the Authorization "
-            "header (decisions D5). Used only when no Authorization header is sent. Query "
-            "strings are never logged; prefer short-lived tokens here."
-        ),
-        "schema": {"type": "string", "minLength": 1},
-    }
+    access_token = access_token_param()
     ok = op["responses"]["200"]
     ok["description"] = restore_cursor_text(ok["description"])
-    ok["headers"] = {
-        "Cache-Control": {
-            "description": "Always `no-cache`: the stream is live.",
-            "schema": {"type": "string", "const": "no-cache"},
-        },
-        "X-Accel-Buffering": {
-            "description": "Always `no`: tells nginx-style proxies not to buffer the stream.",
-            "schema": {"type": "string", "const": "no"},
-        },
-    }
+    ok["headers"] = sse_headers()
     seed_4xx = op["responses"]["4XX"]
     responses = {
         "200": ok,
@@ -446,9 +475,10 @@ def team_post(seed: dict[str, Any], known: set[str]) -> dict[str, Any]:
     }
 
 
-def rate_limited_publish(known: set[str]) -> dict[str, Any]:
+def rate_limited_publish(known: set[str], description: str | None = None) -> dict[str, Any]:
     response = error_response(
-        "rate_limited: the request's items exceed the caller's tenant's token bucket "
+        description
+        or "rate_limited: the request's items exceed the caller's tenant's token bucket "
         "(GATEWAY_PUBLISH_RATE items per second, GATEWAY_PUBLISH_BURST at once). The "
         "request is refused whole: nothing of the body was appended.",
         ["rate_limited"],
@@ -461,6 +491,587 @@ def rate_limited_publish(known: set[str]) -> dict[str, Any]:
         }
     }
     return response
+
+
+# -- run feeds (decisions D4, D7, D7b) -----------------------------------------------------
+
+RUN_GET_DESCRIPTION = f"""\
+Follow a run feed as AG-UI server-sent events (decisions D7).
+
+Each message is `id: <epoch>:<offset>` (the item's cursor on the run feed) and one `data:` \
+line holding the AG-UI event as it was published, re-serialised as compact one-line JSON: \
+unknown fields and event types pass through, integers keep their exact value, empty \
+deltas and `outcome` are kept. The data is an `ag-ui-1` event, or, unless the gateway \
+runs with GATEWAY_AGUI_STRICT, anything that passed the publish checks (see \
+publishRunAgUi). Framing uses LF only; `: keepalive` after GATEWAY_KEEPALIVE_SECONDS \
+(default 15) of silence.
+
+- The cursor is the `Last-Event-ID` header, else the `after` query parameter; the header \
+wins when both are sent. The resume rules are the team feed's (D2): no cursor, every \
+retained event of the current epoch, then follow; a cursor in the current epoch, exactly \
+the events after it; a malformed cursor, one from a later epoch or one past the head, 400 \
+invalid_cursor.
+- **Prelude.** A client that joins or resumes anywhere but the run's first event first \
+gets `RUN_STARTED`, `STATE_SNAPSHOT` (the state folded from STATE_SNAPSHOT and \
+STATE_DELTA, RFC 6902), `MESSAGES_SNAPSHOT` (the messages folded from the text, \
+tool-call, tool-result, reasoning and activity events, with the partial text and \
+arguments of what is still open), then the start events of everything still open at the \
+cursor, outermost first (subagents, steps, reasoning, text messages, tool calls, open \
+chunk streams); then the events after the cursor. Prelude events carry no `id:`; the \
+first event after them carries its own. A strict AG-UI client accepts the stream at every \
+cut point and ends with the same messages and state as one that saw the run from the \
+start.
+- **The end.** The stream ends after the run's `RUN_FINISHED` or `RUN_ERROR`; a client \
+resuming after it gets the prelude and the terminal event, then the end. The run feed is \
+deleted GATEWAY_RUN_FINISHED_TTL_SECONDS (default 3600) after its terminal event; then \
+it is 404.
+- **epoch_restarted** is the event `{{"type": "CUSTOM", "name": \
+"gateway.epoch_restarted", "value": {{"cursor": "<epoch>:<offset>"}}}}` with that cursor \
+as its SSE id; then the stream closes and the client reconnects with that cursor. When \
+the gateway ends a stream for its own reasons (drain, token expiry, a client too slow to \
+keep up) it just closes it, without a RUN_* event, and the client resumes from its last \
+cursor. Errors found before the stream starts are JSON.
+- Needs the `subscribe` scope (401 unauthenticated without it). No such run, another \
+tenant's run, a thread outside the token's `threads` claim and a malformed thread or run \
+id all answer the same 404 not_found (byte-identical).
+
+**Where this departs from the seed** (D7): the seed's `uiRunFrames` (`GET \
+/v1/threads/{{thread_id}}/runs/{{run_id}}/ui/{{protocol}}`, protocol `ag-ui`) derives \
+several frames from one log event and numbers them `<seq>:<k>`, serves committed frames \
+only and opens a replay with MESSAGES_SNAPSHOT. A run feed carries AG-UI events as \
+published, one frame per item, so the frame id is the feed cursor {CURSOR_TEXT}; the \
+stream is live; and the prelude starts with RUN_STARTED, which the AG-UI client's own \
+verification requires first."""
+
+RUN_POST_DESCRIPTION = f"""\
+Append AG-UI events to a run feed (decisions D4, D7; the seed has no such route).
+
+The body is one AG-UI event or a non-empty JSON array of at most {MAX_BATCH_ITEMS} of \
+them, appended all or nothing; the run feed exists from its first event on. The schema \
+is the seed's `ag-ui-1` (AG-UI 1.0), but publishing checks only `type` (a non-empty \
+string) and the fields that type requires (AG-UI 1.0 and the draft of seed 000); \
+everything else passes through untouched: unknown fields and unknown event types, empty \
+deltas, `outcome`, exact integers. A `RUN_STARTED` or `RUN_FINISHED` whose `threadId` or \
+`runId` differs from the path, and `subagentRunId: null` (which AG-UI clients reject), \
+are 400. With `GATEWAY_AGUI_STRICT=true` every event must validate against the whole \
+`ag-ui-1` schema instead. A bad body is 400 invalid_request whose message names the \
+failing item and field; nothing of it is appended.
+
+**Idempotent retries.** AG-UI events have no id: send an `Idempotency-Key` header. A \
+request whose key the feed still retains, with the same events, answers the cursors it \
+got the first time; with different events it is 409 idempotency_key_reused.
+
+A run's `RUN_FINISHED` or `RUN_ERROR` ends its SSE streams and starts its grace period: \
+the feed is deleted GATEWAY_RUN_FINISHED_TTL_SECONDS later. The answer holds one cursor \
+per event, in order. Needs the `publish` scope (403 forbidden without it); a thread \
+outside the token's `threads` claim and a malformed thread or run id are 404 not_found, \
+like a run the caller may not read. The body limit is `GATEWAY_MAX_BODY_BYTES` (413 \
+too_large beyond it); the events count against the tenant's publish rate \
+(GATEWAY_PUBLISH_RATE, GATEWAY_PUBLISH_BURST; 429 rate_limited with `Retry-After`). The \
+Redis inbox `<prefix>:inbox:run` and the Python producer apply the same checks."""
+
+ATTACH_DESCRIPTION = f"""\
+Attach an AG-UI `HttpAgent` to a run that is already going (decisions D7).
+
+The body is a RunAgentInput; the gateway reads only its `threadId` and `runId` and \
+ignores everything else. It streams that run exactly like `GET {RUN_UI}` (same cursor \
+parameters, prelude, `id:` fields, end after RUN_FINISHED or RUN_ERROR, epoch_restarted \
+and errors): an unmodified AG-UI client that POSTs its input here follows the run. \
+`{{agent}}` is not checked (the gateway has no agents). A run that does not exist (or \
+that the caller may not read, or whose ids are malformed) is 404 not_found.
+
+**Where this departs from the seed** (D7): the seed's `uiAgUiRun` on this path starts, \
+retries or resumes a run from the input (AgUiRunInput) and refuses a busy branch. The \
+gateway has no agents and **never starts a run**: the run must have been published to \
+(`POST {RUN_UI}`); this route only follows it."""
+
+SUBSCRIBE_RUN_DESCRIPTION = f"""\
+Follow a run's threads stream (decisions D7b): the seed's `subscribeRun`.
+
+- Each message's data is one SseMessage. A committed `{{"kind": "event", "event": \
+events_Event}}` carries the event's own `seq` as its SSE id. `{{"kind": "delta"}}` and \
+`{{"kind": "status"}}` messages are transient: delivered live to whoever is connected, \
+never stored or replayed, without an id. The last message is `{{"kind": "result", \
+"run_id", "result"}}` (no id); the stream ends after it.
+- Resume with `after_seq` or the `Last-Event-ID` header (the header wins when both are \
+sent): the committed events with a larger seq, then the result if there is one. No \
+cursor (or 0): every retained committed event. A seq older than what is retained gives \
+every retained event; a seq past the last committed one gives what comes next. A \
+malformed value (not decimal digits, or above 9007199254740991) is 400 invalid_request.
+- When the run's feed moves to a new epoch while connected, the stream just ends (a `: \
+stream restarted` comment); the client resumes with its last seq. A stream the gateway \
+ends for its own reasons (drain, token expiry, a slow client) just closes.
+- Needs the `subscribe` scope (401 unauthenticated without it). If the run's history is \
+gone (never published, or deleted GATEWAY_RUN_FINISHED_TTL_SECONDS after its result), \
+the answer is 404 not_found, as for another tenant's run, a thread outside the token's \
+`threads` claim or a malformed id (byte-identical).
+
+**Where the gateway adds to the seed's subscribeRun.** (1) The path parameters: the seed \
+types `thread_id` and `run_id` as lowercase UUIDs; the gateway serves any run-feed id \
+matching `{RUN_PART_PATTERN}` (committed events must name the path's thread, so in \
+practice `thread_id` is the events' thread UUID). (2) The `Last-Event-ID` header is \
+declared as a parameter. (3) The `access_token` query parameter (D5). (4) The response \
+headers `Cache-Control: no-cache` and `X-Accel-Buffering: no`. (5) Per-status error \
+responses beside the seed's 4XX: 400 invalid_request for a malformed `after_seq` or \
+`Last-Event-ID`, 401, 404, 429 rate_limited, 500 internal, 503 unavailable. The gateway \
+never answers 403 here: a token without the subscribe scope is 401. (6) The messages are \
+published over `POST` on the same path (publishRunEvents), not written by a threads \
+host."""
+
+RUN_EVENTS_POST_DESCRIPTION = f"""\
+Publish SseMessages to a run's threads stream (decisions D7b; the seed has no such \
+route).
+
+The body is one SseMessage or a non-empty JSON array of at most {MAX_BATCH_ITEMS} of \
+them, validated against the seed's SseMessage (closed schemas), and every message is \
+checked before anything is appended or sent; then they go out in order:
+
+- a committed `{{"kind": "event"}}` is stored with its `seq`; its `event.thread_id` must \
+be the path's thread. Committed seqs must continue the last committed one by one, \
+within the body and across requests (the first event of a new run may have any seq). A \
+seq the feed still retains, sent again with the same event, is a safe retry and answers \
+its cursor again; with another event it is 409 idempotency_key_reused. A gap or a \
+regression (a seq that does not follow and is not retained) is 400 invalid_request.
+- `{{"kind": "delta"}}` and `{{"kind": "status"}}` are transient: sent to the followers \
+connected now, never stored; their cursor in the answer is `null`.
+- the `{{"kind": "result"}}` must name the path's run (`run_id`); it is stored, ends \
+every follower's stream, and starts the run's grace period: the feed is deleted \
+GATEWAY_RUN_FINISHED_TTL_SECONDS later.
+
+A bad message is 400 invalid_request whose message names the item and field. The answer \
+holds one entry per message, in order: the stored message's cursor, or null for a \
+transient one. Needs the `publish` scope (403 forbidden without it); a thread outside \
+the token's `threads` claim and a malformed thread or run id are 404 not_found. The \
+body limit is `GATEWAY_MAX_BODY_BYTES` (413 too_large beyond it); publishing counts \
+against the tenant's publish rate (429 rate_limited with `Retry-After`)."""
+
+
+def run_params(thread: str, run: str) -> list[dict[str, Any]]:
+    """The path parameters thread_id and run_id of the run routes (D1)."""
+    return [
+        {
+            "name": "thread_id",
+            "in": "path",
+            "required": True,
+            "description": thread,
+            "schema": {"type": "string", "pattern": RUN_PART_PATTERN},
+        },
+        {
+            "name": "run_id",
+            "in": "path",
+            "required": True,
+            "description": run,
+            "schema": {"type": "string", "pattern": RUN_PART_PATTERN},
+        },
+    ]
+
+
+def cursor_params() -> list[dict[str, Any]]:
+    """``after``, ``Last-Event-ID`` and ``access_token`` of the AG-UI streams (D2, D5)."""
+    schema = {"type": "string", "pattern": CURSOR_PATTERN}
+    return [
+        {
+            "name": "after",
+            "in": "query",
+            "required": False,
+            "description": (
+                f"Resume after this cursor, {CURSOR_TEXT}. The Last-Event-ID header wins "
+                "when both are sent. Leading zeros are accepted."
+            ),
+            "schema": dict(schema),
+        },
+        {
+            "name": "Last-Event-ID",
+            "in": "header",
+            "required": False,
+            "description": (
+                f"Resume after this cursor, {CURSOR_TEXT}: the id of the last message "
+                "received, which EventSource and the AG-UI client send when they "
+                "reconnect. It wins when `after` is sent too."
+            ),
+            "schema": dict(schema),
+        },
+        access_token_param(),
+    ]
+
+
+def stream_errors(known: set[str], bad_request: dict[str, Any], not_found: str) -> dict[str, Any]:
+    """The error responses of a run stream, before the stream starts."""
+    return {
+        "400": bad_request,
+        "401": error_response(
+            "unauthenticated: no token, a token that does not verify or has expired, or a "
+            "token without the subscribe scope; also every /v1 route when the gateway has "
+            "no authenticator configured.",
+            ["unauthenticated"],
+            known,
+        ),
+        "404": error_response(not_found, ["not_found"], known),
+        "429": error_response(
+            "rate_limited: the node already serves GATEWAY_MAX_CONNECTIONS streams, or the "
+            "caller's tenant GATEWAY_MAX_TENANT_CONNECTIONS on this node (SSE streams and "
+            "WebSocket sockets count together); refused before the stream starts.",
+            ["rate_limited"],
+            known,
+        ),
+        "500": error_response("internal: an unexpected error.", ["internal"], known),
+        "503": error_response(
+            "unavailable: the feed store could not be reached before the stream started, "
+            "or the node is draining.",
+            ["unavailable"],
+            known,
+        ),
+    }
+
+
+def invalid_cursor(known: set[str]) -> dict[str, Any]:
+    return error_response(
+        "invalid_cursor: a malformed cursor, a number above 9007199254740991, one from a "
+        "later epoch, or one past the head.",
+        ["invalid_cursor"],
+        known,
+    )
+
+
+def no_such_run(tail: str) -> str:
+    """The 404 of the run streams: every run the caller may not read looks missing."""
+    return (
+        "not_found: no such run in the caller's tenant, another tenant's run "
+        "(byte-identical answer), a thread outside the token's threads claim, or a thread "
+        f"or run id that does not match {RUN_PART_PATTERN}. {tail}"
+    )
+
+
+def agui_stream_ok(what: str) -> dict[str, Any]:
+    return {
+        "description": what,
+        "headers": sse_headers(),
+        "content": {
+            "text/event-stream": {
+                "schema": {"type": "string"},
+                "x-sse-data": ref("ag-ui-1"),
+            }
+        },
+    }
+
+
+def run_get(known: set[str]) -> dict[str, Any]:
+    codes = ["invalid_cursor", "unauthenticated", "not_found", "rate_limited", "unavailable"]
+    return {
+        "tags": ["run feeds"],
+        "summary": "Follow a run feed (AG-UI SSE)",
+        "description": RUN_GET_DESCRIPTION,
+        "operationId": "subscribeRunAgUi",
+        "x-error-codes": codes,
+        "security": [{"bearer": []}, {"accessToken": []}],
+        "parameters": [
+            *run_params(
+                "The run's thread (any id matching the pattern).",
+                "The run (any id matching the pattern).",
+            ),
+            *cursor_params(),
+        ],
+        "responses": {
+            "200": agui_stream_ok(
+                "AG-UI events of the run: `id: <epoch>:<offset>` and one `data:` line per "
+                "published event, the prelude (without ids) first when the stream does not "
+                "start at the run's first event; the stream ends after RUN_FINISHED or "
+                "RUN_ERROR."
+            ),
+            **stream_errors(
+                known,
+                invalid_cursor(known),
+                no_such_run(
+                    "A run feed is gone GATEWAY_RUN_FINISHED_TTL_SECONDS after its terminal event."
+                ),
+            ),
+        },
+    }
+
+
+def attach(seed: dict[str, Any], known: set[str]) -> dict[str, Any]:
+    agent = copy.deepcopy(seed["paths"][AGENT_UI]["post"]["parameters"][0])
+    agent["description"] = "Any non-empty name: not checked (the gateway has no agents)."
+    codes = [
+        "invalid_request",
+        "invalid_cursor",
+        "unauthenticated",
+        "not_found",
+        "too_large",
+        "unsupported_media_type",
+        "rate_limited",
+        "unavailable",
+    ]
+    errors = stream_errors(
+        known,
+        error_response(
+            "invalid_request: the body is not JSON, or has no string threadId and runId; "
+            "invalid_cursor: a malformed cursor, a number above 9007199254740991, one "
+            "from a later epoch, or one past the head.",
+            ["invalid_request", "invalid_cursor"],
+            known,
+        ),
+        no_such_run("No run is started here: a run exists once something was published to it."),
+    )
+    errors["413"] = error_response(
+        "too_large: the body is larger than GATEWAY_MAX_BODY_BYTES.", ["too_large"], known
+    )
+    errors["415"] = error_response(
+        "unsupported_media_type: the Content-Type is not application/json.",
+        ["unsupported_media_type"],
+        known,
+    )
+    return {
+        "tags": ["run feeds"],
+        "summary": "Attach to a run (AG-UI HttpAgent)",
+        "description": ATTACH_DESCRIPTION,
+        "operationId": "attachAgUiRun",
+        "x-error-codes": codes,
+        "parameters": [agent, *cursor_params()[:2]],
+        "requestBody": {
+            "required": True,
+            "description": (
+                "An AG-UI RunAgentInput naming the run: only `threadId` and `runId` are "
+                "read, the rest is ignored. Content-Type must be application/json."
+            ),
+            "content": json_content(ref("ag-ui-1_RunAgentInput")),
+        },
+        "responses": dict(
+            sorted(
+                {
+                    "200": agui_stream_ok(
+                        f"The run named by threadId and runId, exactly as `GET {RUN_UI}` "
+                        "streams it."
+                    ),
+                    **errors,
+                }.items()
+            )
+        ),
+    }
+
+
+def publish_errors(
+    known: set[str], bad_request: str, reused: str, retry: str, *, rate: str | None = None
+) -> dict[str, Any]:
+    """The error responses of a run publish route."""
+    return {
+        "400": error_response(bad_request, ["invalid_request"], known),
+        "401": error_response(
+            "unauthenticated: no token, or one that does not verify or has expired.",
+            ["unauthenticated"],
+            known,
+        ),
+        "403": error_response(
+            "forbidden: the token lacks the publish scope.", ["forbidden"], known
+        ),
+        "404": error_response(
+            "not_found: a thread outside the token's threads claim, or a thread or run id "
+            f"that does not match {RUN_PART_PATTERN}. Nothing was appended.",
+            ["not_found"],
+            known,
+        ),
+        "409": error_response(reused, ["idempotency_key_reused"], known),
+        "413": error_response(
+            "too_large: the body is larger than GATEWAY_MAX_BODY_BYTES.", ["too_large"], known
+        ),
+        "415": error_response(
+            "unsupported_media_type: the Content-Type is not application/json.",
+            ["unsupported_media_type"],
+            known,
+        ),
+        "429": rate_limited_publish(known, rate),
+        "500": error_response("internal: an unexpected error.", ["internal"], known),
+        "503": error_response(
+            f"unavailable: the feed store could not be reached or rejected the append; {retry}",
+            ["unavailable"],
+            known,
+        ),
+    }
+
+
+PUBLISH_CODES = [
+    "invalid_request",
+    "unauthenticated",
+    "forbidden",
+    "not_found",
+    "idempotency_key_reused",
+    "too_large",
+    "unsupported_media_type",
+    "rate_limited",
+    "unavailable",
+]
+
+
+def run_post(known: set[str]) -> dict[str, Any]:
+    return {
+        "tags": ["run feeds"],
+        "summary": "Publish AG-UI events to a run feed",
+        "description": RUN_POST_DESCRIPTION,
+        "operationId": "publishRunAgUi",
+        "x-error-codes": PUBLISH_CODES,
+        "parameters": [
+            *run_params(
+                "The run's thread: any id matching the pattern. RUN_STARTED and "
+                "RUN_FINISHED events must name it as threadId.",
+                "The run: any id matching the pattern. RUN_STARTED and RUN_FINISHED "
+                "events must name it as runId.",
+            ),
+            {
+                "name": "Idempotency-Key",
+                "in": "header",
+                "required": False,
+                "description": (
+                    "Makes a retry safe: while the feed retains the events a request "
+                    "with this key appended, the same key with the same events answers "
+                    "their cursors again (nothing is appended) and with other events is "
+                    f"409 idempotency_key_reused. 1 to {MAX_IDEMPOTENCY_KEY} characters "
+                    "(400 otherwise)."
+                ),
+                "schema": {"type": "string", "minLength": 1, "maxLength": MAX_IDEMPOTENCY_KEY},
+            },
+        ],
+        "requestBody": {
+            "required": True,
+            "description": (
+                "One AG-UI event, or a non-empty array of at most "
+                f"{MAX_BATCH_ITEMS} of them. Content-Type must be application/json."
+            ),
+            "content": json_content(ref("RunPublishBody")),
+        },
+        "responses": {
+            "200": {
+                "description": (
+                    "Appended (or, for a retried Idempotency-Key with the same events, "
+                    "already there): one cursor per event, in the order of the body."
+                ),
+                "content": json_content(ref("PublishResponse")),
+            },
+            **publish_errors(
+                known,
+                "invalid_request: the body is not JSON, not an event or array of events, "
+                "an empty array, an event without a string `type` or without a field its "
+                "type requires (or, with GATEWAY_AGUI_STRICT, not valid `ag-ui-1`), a "
+                "RUN_STARTED or RUN_FINISHED naming another thread or run than the path, "
+                "`subagentRunId: null`, or an Idempotency-Key that is empty or longer than "
+                f"{MAX_IDEMPOTENCY_KEY} characters. The message names the item and field. "
+                "Nothing of the body was appended.",
+                "idempotency_key_reused: the Idempotency-Key is one the feed still retains, "
+                "sent with different events. Nothing of the body was appended.",
+                "retrying with the same Idempotency-Key is safe.",
+            ),
+        },
+    }
+
+
+def subscribe_run(seed: dict[str, Any], known: set[str]) -> dict[str, Any]:
+    """The seed's subscribeRun as the gateway serves it (D7b)."""
+    op = copy.deepcopy(seed["paths"][RUN_EVENTS]["get"])
+    params = {p.get("name", p.get("$ref")): p for p in op["parameters"]}
+    after_seq = params["after_seq"]
+    after_seq["description"] = (
+        "Resume after this seq: the committed events with a larger seq follow. Default 0 "
+        "(every retained committed event). The Last-Event-ID header wins when both are "
+        "sent."
+    )
+    ok = op["responses"]["200"]
+    ok["headers"] = sse_headers()
+    codes = [*op["x-error-codes"]]
+    codes += [c for c in ("invalid_request", "rate_limited", "unavailable") if c not in codes]
+    responses = {
+        "200": ok,
+        **stream_errors(
+            known,
+            error_response(
+                "invalid_request: `after_seq` or `Last-Event-ID` is not a decimal seq "
+                "(digits only, at most 9007199254740991).",
+                ["invalid_request"],
+                known,
+            ),
+            no_such_run(
+                "The run's history is gone: it was never published to, or was deleted "
+                "GATEWAY_RUN_FINISHED_TTL_SECONDS after its result."
+            ),
+        ),
+    }
+    responses["4XX"] = op["responses"]["4XX"]
+    return {
+        "tags": ["run feeds"],
+        "summary": op["summary"],
+        "description": SUBSCRIBE_RUN_DESCRIPTION,
+        "operationId": op["operationId"],
+        "x-api": op["x-api"],
+        "x-error-codes": codes,
+        "security": [{"bearer": []}, {"accessToken": []}],
+        "parameters": [
+            *run_params(
+                "The run's thread. Committed events of the run carry it as thread_id.",
+                "From RunAccepted: the run's user_input event_id (any id matching the pattern).",
+            ),
+            after_seq,
+            {
+                "name": "Last-Event-ID",
+                "in": "header",
+                "required": False,
+                "description": (
+                    "Resume after this seq: the id of the last committed event received, "
+                    "which EventSource sends when it reconnects. Wins over after_seq."
+                ),
+                "schema": {"type": "string", "pattern": "^[0-9]{1,16}$"},
+            },
+            access_token_param(),
+        ],
+        "responses": dict(sorted(responses.items())),
+    }
+
+
+def publish_run_events(known: set[str]) -> dict[str, Any]:
+    return {
+        "tags": ["run feeds"],
+        "summary": "Publish to a run's threads stream",
+        "description": RUN_EVENTS_POST_DESCRIPTION,
+        "operationId": "publishRunEvents",
+        "x-error-codes": PUBLISH_CODES,
+        "parameters": run_params(
+            "The run's thread: committed events must carry it as `event.thread_id`.",
+            "The run: the result message must name it as `run_id`.",
+        ),
+        "requestBody": {
+            "required": True,
+            "description": (
+                "One SseMessage, or a non-empty array of at most "
+                f"{MAX_BATCH_ITEMS} of them, in order. Content-Type must be "
+                "application/json."
+            ),
+            "content": json_content(ref("RunStreamPublishBody")),
+        },
+        "responses": {
+            "200": {
+                "description": (
+                    "Published: one entry per message, in the order of the body: the "
+                    "cursor of a stored message (a committed event or the result; a "
+                    "retried seq answers its first cursor), null for a transient one."
+                ),
+                "content": json_content(ref("RunStreamPublishResponse")),
+            },
+            **publish_errors(
+                known,
+                "invalid_request: the body is not JSON, not an SseMessage or array of "
+                "them, an empty array, a message that fails the seed's SseMessage (the "
+                "message names the item and field), a committed event naming another "
+                "thread than the path, a result naming another run, or committed seqs "
+                "that do not continue the last committed seq by one (a gap or a "
+                "regression). Nothing of the body was appended or sent.",
+                "idempotency_key_reused: a committed seq the feed still retains arrived "
+                "with a different event (or a second, different result).",
+                "retrying is safe (a retained seq with the same event is not appended again).",
+                rate=(
+                    "rate_limited: the caller's tenant's publish token bucket "
+                    "(GATEWAY_PUBLISH_RATE per second, GATEWAY_PUBLISH_BURST at once) is "
+                    "empty. The request is refused whole: nothing was appended or sent."
+                ),
+            ),
+        },
+    }
 
 
 def operational_paths() -> dict[str, Any]:
@@ -552,10 +1163,65 @@ def gateway_schemas() -> dict[str, Any]:
                 },
             ],
         },
+        "RunPublishBody": {
+            "description": (
+                "The body of POST /v1/threads/{thread_id}/runs/{run_id}/ui/ag-ui: one AG-UI "
+                f"event or a non-empty array of at most {MAX_BATCH_ITEMS}, appended all or "
+                "nothing. The schema is the seed's ag-ui-1; unless GATEWAY_AGUI_STRICT the "
+                "gateway checks only `type` and the fields that type requires, and unknown "
+                "fields and event types pass through."
+            ),
+            "oneOf": [
+                ref("ag-ui-1"),
+                {
+                    "type": "array",
+                    "minItems": 1,
+                    "maxItems": MAX_BATCH_ITEMS,
+                    "items": ref("ag-ui-1"),
+                },
+            ],
+        },
+        "RunStreamPublishBody": {
+            "description": (
+                "The body of POST /v1/threads/{thread_id}/runs/{run_id}/events: one "
+                f"SseMessage or a non-empty array of at most {MAX_BATCH_ITEMS}, in order."
+            ),
+            "oneOf": [
+                ref("SseMessage"),
+                {
+                    "type": "array",
+                    "minItems": 1,
+                    "maxItems": MAX_BATCH_ITEMS,
+                    "items": ref("SseMessage"),
+                },
+            ],
+        },
+        "RunStreamPublishResponse": {
+            "description": (
+                "One entry per published SseMessage, in the order of the body: the cursor "
+                "`<epoch>:<offset>` of a stored message (a committed event or the result), "
+                "null for a transient one (delta, status)."
+            ),
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["cursors"],
+            "properties": {
+                "cursors": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {
+                        "anyOf": [
+                            {"type": "string", "pattern": CURSOR_PATTERN},
+                            {"type": "null"},
+                        ]
+                    },
+                }
+            },
+        },
         "PublishResponse": {
             "description": (
                 "The cursor of each published item, in the order of the body, as "
-                "`<epoch>:<offset>` (the SSE id the item gets on the team feed)."
+                "`<epoch>:<offset>` (the SSE id the item gets on its feed)."
             ),
             "type": "object",
             "additionalProperties": False,
@@ -665,10 +1331,17 @@ def build(seed: dict[str, Any] | None = None) -> dict[str, Any]:
         "security": [{"bearer": []}],
         "tags": [
             {"name": "team feed", "description": "Follow and publish to team feeds."},
+            {
+                "name": "run feeds",
+                "description": ("Follow and publish to a run's AG-UI feed and its threads stream."),
+            },
             {"name": "operations", "description": "Health, readiness, metrics, this document."},
         ],
         "paths": {
             TEAM_EVENTS: {"get": team_get(seed, known), "post": team_post(seed, known)},
+            RUN_UI: {"get": run_get(known), "post": run_post(known)},
+            RUN_EVENTS: {"get": subscribe_run(seed, known), "post": publish_run_events(known)},
+            AGENT_UI: {"post": attach(seed, known)},
             **operational_paths(),
         },
         "components": {

@@ -1,9 +1,10 @@
 """The gateway's OpenAPI document (gateway/schemas/gateway.openapi.json).
 
 Pure unit tests: the committed document is what scripts/gen_openapi.py generates, it is
-a valid OpenAPI 3.1 document whose every $ref resolves, the team-feed GET says what the
-seed says (apart from the documented additions), and its schemas accept and reject
-what the seed's do.
+a valid OpenAPI 3.1 document whose every $ref resolves, every route the gateway serves is
+in it, the team-feed GET and the run stream GET say what the seed says (apart from the
+documented additions), the run-feed routes say what decisions D4, D7 and D7b say, and
+its schemas accept and reject what the seed's do.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import json
+import re
 import sys
 from collections.abc import Iterator
 from importlib import resources
@@ -25,13 +27,19 @@ from openapi_spec_validator import OpenAPIV31SpecValidator
 from referencing import Registry
 from referencing.jsonschema import DRAFT202012
 
+import gateway.http.routes
+import gateway.http.runs
 from gateway.errors import ErrorCode
+from gateway.feed import is_run_part
 from gateway.validate import MAX_BATCH_ITEMS
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCUMENT = ROOT / "gateway" / "schemas" / "gateway.openapi.json"
 SEED = ROOT / "gateway" / "schemas" / "threads-host-api.openapi.json"
 TEAM_EVENTS = "/v1/teams/{team}/events"
+RUN_UI = "/v1/threads/{thread_id}/runs/{run_id}/ui/ag-ui"
+RUN_EVENTS = "/v1/threads/{thread_id}/runs/{run_id}/events"
+AGENT_UI = "/v1/ui/ag-ui/{agent}"
 #: What the seed's dump lost from its cursor texts; the route texts restore it.
 RESTORED = "`<epoch>:<offset>`"
 BASE = "urn:gateway-openapi"
@@ -268,7 +276,9 @@ def test_every_error_response_accepts_exactly_its_codes(
             assert not check.is_valid({"error": {"code": code}}), where
         assert not check.is_valid({"error": {"code": "no_such_code", "message": "m"}}), where
         seen += 1
-    assert seen == 17  # GET: 400 401 404 429 4XX 500 503; POST: ten
+    # Team GET: 400 401 404 429 4XX 500 503; team POST: ten; run feed GET: six;
+    # run feed POST: ten; subscribeRun: seven; publishRunEvents: ten; attach: eight.
+    assert seen == 7 + 10 + 6 + 10 + 7 + 10 + 8
 
 
 def test_gateway_error_codes_are_the_additions(doc: dict[str, Any], seed: dict[str, Any]) -> None:
@@ -277,6 +287,263 @@ def test_gateway_error_codes_are_the_additions(doc: dict[str, Any], seed: dict[s
     ours = doc["components"]["schemas"]["GatewayErrorCode"]["enum"]
     assert set(ours) == {str(code) for code in ErrorCode} - seed_codes
     assert not set(ours) & seed_codes
+
+
+# -- every route the gateway serves is documented ----------------------------------------
+
+#: Methods per documented path (what each route's 405 names in Allow, minus HEAD).
+ROUTES = {
+    TEAM_EVENTS: {"get", "post"},
+    RUN_UI: {"get", "post"},
+    RUN_EVENTS: {"get", "post"},
+    AGENT_UI: {"post"},
+    "/healthz": {"get"},
+    "/readyz": {"get"},
+    "/metrics": {"get"},
+    "/openapi.json": {"get"},
+}
+#: Served but not described here: the WebSocket protocol has its own document.
+UNDOCUMENTED = {"/v1/ws"}
+
+
+def _served_route_patterns() -> list[re.Pattern[str]]:
+    """Every /v1 route pattern of the HTTP dispatch (module-level compiled regexes)."""
+    found = [
+        value
+        for module in (gateway.http.routes, gateway.http.runs)
+        for value in vars(module).values()
+        if isinstance(value, re.Pattern) and value.pattern.startswith("^/v1/")
+    ]
+    assert len(found) >= 4
+    return found
+
+
+def _instance(path: str) -> str:
+    return re.sub(r"\{[^}]+\}", "x", path)
+
+
+def test_every_route_is_documented(doc: dict[str, Any]) -> None:
+    assert {path: set(item) for path, item in doc["paths"].items()} == ROUTES
+    documented = [p for p in doc["paths"] if p.startswith("/v1/")]
+    for pattern in _served_route_patterns():
+        matches = [p for p in documented if pattern.match(_instance(p))]
+        assert len(matches) == 1, (pattern.pattern, matches)
+    for path in documented:
+        matches = [p for p in _served_route_patterns() if p.match(_instance(path))]
+        assert len(matches) == 1, (path, matches)
+    for path in UNDOCUMENTED:
+        assert path not in doc["paths"]
+        assert not any(p.match(path) for p in _served_route_patterns())
+
+
+def test_operation_ids_are_unique(doc: dict[str, Any], seed: dict[str, Any]) -> None:
+    ids = [op["operationId"] for item in doc["paths"].values() for op in item.values()]
+    assert len(ids) == len(set(ids)) == 11
+    ours = {
+        (path, method): op["operationId"]
+        for path, item in doc["paths"].items()
+        for method, op in item.items()
+    }
+    assert ours[(RUN_UI, "post")] == "publishRunAgUi"
+    assert ours[(RUN_UI, "get")] == "subscribeRunAgUi"
+    assert ours[(AGENT_UI, "post")] == "attachAgUiRun"
+    assert ours[(RUN_EVENTS, "get")] == "subscribeRun"
+    assert ours[(RUN_EVENTS, "post")] == "publishRunEvents"
+    # Only the operations that are the seed's carry a seed operation id.
+    seed_ids = {
+        op["operationId"]: (path, method)
+        for path, item in seed["paths"].items()
+        for method, op in item.items()
+        if isinstance(op, dict) and "operationId" in op
+    }
+    for key, op_id in ours.items():
+        if op_id in seed_ids:
+            assert seed_ids[op_id] == key, op_id
+    assert seed_ids["uiAgUiRun"] == (AGENT_UI, "post")  # ours departs: attachAgUiRun
+
+
+def test_x_error_codes_name_every_error_answered(doc: dict[str, Any]) -> None:
+    for path, item in doc["paths"].items():
+        for op in item.values():
+            if not path.startswith("/v1/"):
+                assert "x-error-codes" not in op
+                continue
+            if op["operationId"] == "subscribeTeam":
+                continue  # the seed's list, verbatim (test_team_get_matches_the_seed)
+            codes = {code for codes in _statuses(op).values() for code in codes} - {"internal"}
+            listed = op["x-error-codes"]
+            assert len(listed) == len(set(listed)), op["operationId"]
+            if op["operationId"] == "subscribeRun":
+                assert codes <= set(listed)  # the seed's list (forbidden too), then ours
+            else:
+                assert set(listed) == codes, op["operationId"]
+
+
+# -- the run-feed routes (decisions D4, D7, D7b) ------------------------------------------
+
+PUBLISH_CODES = {
+    "400": "invalid_request",
+    "401": "unauthenticated",
+    "403": "forbidden",
+    "404": "not_found",
+    "409": "idempotency_key_reused",
+    "413": "too_large",
+    "415": "unsupported_media_type",
+    "429": "rate_limited",
+    "500": "internal",
+    "503": "unavailable",
+}
+STREAM_CODES = {
+    "401": "unauthenticated",
+    "404": "not_found",
+    "429": "rate_limited",
+    "500": "internal",
+    "503": "unavailable",
+}
+
+
+def _statuses(op: dict[str, Any]) -> dict[str, list[str]]:
+    return {
+        status: _codes(response)
+        for status, response in op["responses"].items()
+        if status[0] in "45" and "content" in response
+    }
+
+
+def test_run_error_responses(doc: dict[str, Any]) -> None:
+    expected = {status: [code] for status, code in PUBLISH_CODES.items()}
+    for path in (RUN_UI, RUN_EVENTS):
+        op = doc["paths"][path]["post"]
+        assert _statuses(op) == expected, path
+        assert op["responses"]["429"]["headers"]["Retry-After"]["schema"]["minimum"] == 1
+        assert "security" not in op  # the document's bearer
+    stream = {status: [code] for status, code in STREAM_CODES.items()}
+    assert _statuses(doc["paths"][RUN_UI]["get"]) == {"400": ["invalid_cursor"], **stream}
+    assert _statuses(doc["paths"][RUN_EVENTS]["get"]) == {
+        "400": ["invalid_request"],
+        **stream,
+    }  # and the seed's 4XX (test_subscribe_run_matches_the_seed)
+    assert _statuses(doc["paths"][AGENT_UI]["post"]) == {
+        "400": ["invalid_request", "invalid_cursor"],
+        **stream,
+        "413": ["too_large"],
+        "415": ["unsupported_media_type"],
+    }
+    for path, method in ((RUN_UI, "get"), (RUN_EVENTS, "get")):
+        assert doc["paths"][path][method]["security"] == [{"bearer": []}, {"accessToken": []}]
+
+
+def _params(op: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {p["name"]: p for p in op["parameters"]}
+
+
+def test_run_path_parameters_are_the_gateways(doc: dict[str, Any]) -> None:
+    pattern = gen.RUN_PART_PATTERN
+    for good in ("t1", "run.1_a-b", "x" * 128, "0190f5a2-7c1e-7b3d-8a4f-000000000002"):
+        assert re.search(pattern, good) and is_run_part(good), good
+    for bad in ("", "x" * 129, "a b", "a/b", "a%2Fb", "ü"):
+        assert not re.search(pattern, bad) and not is_run_part(bad), bad
+    for path in (RUN_UI, RUN_EVENTS):
+        for method, op in doc["paths"][path].items():
+            params = _params(op)
+            for name in ("thread_id", "run_id"):
+                assert params[name]["in"] == "path" and params[name]["required"] is True
+                assert params[name]["schema"] == {"type": "string", "pattern": pattern}, (
+                    method,
+                    path,
+                    name,
+                )
+
+
+def test_agui_stream_parameters(doc: dict[str, Any]) -> None:
+    cursor = {"type": "string", "pattern": "^[0-9]+:[0-9]+$"}
+    get = _params(doc["paths"][RUN_UI]["get"])
+    assert list(get) == ["thread_id", "run_id", "after", "Last-Event-ID", "access_token"]
+    attach = _params(doc["paths"][AGENT_UI]["post"])
+    assert list(attach) == ["agent", "after", "Last-Event-ID"]
+    for params in (get, attach):
+        assert params["after"]["in"] == "query" and params["after"]["schema"] == cursor
+        last = params["Last-Event-ID"]
+        assert last["in"] == "header" and last["required"] is False
+        assert last["schema"] == cursor and "wins" in last["description"]
+    assert get["access_token"]["in"] == "query"
+    key = _params(doc["paths"][RUN_UI]["post"])["Idempotency-Key"]
+    assert key["in"] == "header" and key["required"] is False
+    assert key["schema"] == {"type": "string", "minLength": 1, "maxLength": 200}
+    assert gen.MAX_IDEMPOTENCY_KEY == 200
+
+
+def test_agui_routes_say_what_d7_says(doc: dict[str, Any], seed: dict[str, Any]) -> None:
+    agui = {"$ref": "#/components/schemas/ag-ui-1"}
+    get = doc["paths"][RUN_UI]["get"]
+    attach = doc["paths"][AGENT_UI]["post"]
+    for op in (get, attach):
+        ok = op["responses"]["200"]
+        assert ok["content"] == {
+            "text/event-stream": {"schema": {"type": "string"}, "x-sse-data": agui}
+        }
+        assert ok["headers"]["Cache-Control"]["schema"]["const"] == "no-cache"
+        assert ok["headers"]["X-Accel-Buffering"]["schema"]["const"] == "no"
+    text = get["description"]
+    for phrase in (
+        "RUN_STARTED",
+        "STATE_SNAPSHOT",
+        "MESSAGES_SNAPSHOT",
+        "carry no `id:`",
+        "ends after the run's `RUN_FINISHED` or `RUN_ERROR`",
+        '"type": "CUSTOM", "name": "gateway.epoch_restarted"',
+        "uiRunFrames",
+        RESTORED,
+    ):
+        assert phrase in text, phrase
+    body = attach["requestBody"]["content"]["application/json"]["schema"]
+    assert body == {"$ref": "#/components/schemas/ag-ui-1_RunAgentInput"}
+    assert "only `threadId` and `runId`" in attach["requestBody"]["description"]
+    assert "uiAgUiRun" in attach["description"] and "never starts a run" in attach["description"]
+    # The seed's own operation on that path starts runs: ours is a departure (D7).
+    assert seed["paths"][AGENT_UI]["post"]["operationId"] == "uiAgUiRun"
+    publish = doc["paths"][RUN_UI]["post"]
+    for phrase in ("only `type`", "unknown event types", "GATEWAY_AGUI_STRICT", "Idempotency-Key"):
+        assert phrase in publish["description"], phrase
+    assert publish["requestBody"]["required"] is True
+    assert publish["requestBody"]["content"] == {
+        "application/json": {"schema": {"$ref": "#/components/schemas/RunPublishBody"}}
+    }
+    ok = publish["responses"]["200"]["content"]["application/json"]["schema"]
+    assert ok == {"$ref": "#/components/schemas/PublishResponse"}
+
+
+def test_subscribe_run_matches_the_seed(doc: dict[str, Any], seed: dict[str, Any]) -> None:
+    ours = doc["paths"][RUN_EVENTS]["get"]
+    theirs = seed["paths"][RUN_EVENTS]["get"]
+    assert ours["operationId"] == theirs["operationId"] == "subscribeRun"
+    assert ours["x-api"] == theirs["x-api"]
+    assert ours["summary"] == theirs["summary"]
+    assert ours["x-error-codes"][: len(theirs["x-error-codes"])] == theirs["x-error-codes"]
+    params = _params(ours)
+    seed_after = next(p for p in theirs["parameters"] if p.get("name") == "after_seq")
+    assert params["after_seq"]["schema"] == seed_after["schema"]
+    assert params["after_seq"]["in"] == "query" and params["after_seq"]["required"] is False
+    assert params["Last-Event-ID"]["in"] == "header"
+    assert re.search(params["Last-Event-ID"]["schema"]["pattern"], "9007199254740991")
+    assert not re.search(params["Last-Event-ID"]["schema"]["pattern"], "1:2")
+    ok, seed_ok = ours["responses"]["200"], theirs["responses"]["200"]
+    assert ok["description"] == seed_ok["description"]
+    assert ok["content"] == seed_ok["content"]
+    assert ok["content"]["text/event-stream"]["x-sse-data"] == {
+        "$ref": "#/components/schemas/SseMessage"
+    }
+    assert ours["responses"]["4XX"] == theirs["responses"]["4XX"]
+    name = "SubscribeRunError"
+    assert doc["components"]["responses"][name] == seed["components"]["responses"][name]
+    for phrase in ("after_seq", "Last-Event-ID", "header wins", "transient", "404 not_found"):
+        assert phrase in ours["description"], phrase
+    post = doc["paths"][RUN_EVENTS]["post"]
+    assert post["requestBody"]["content"] == {
+        "application/json": {"schema": {"$ref": "#/components/schemas/RunStreamPublishBody"}}
+    }
+    ok = post["responses"]["200"]["content"]["application/json"]["schema"]
+    assert ok == {"$ref": "#/components/schemas/RunStreamPublishResponse"}
 
 
 # -- schemas accept and reject what they should ------------------------------------------
@@ -367,6 +634,60 @@ def test_publish_body(doc: dict[str, Any], registry: Registry[Any]) -> None:
     body = doc["paths"][TEAM_EVENTS]["post"]["requestBody"]
     assert body["required"] is True
     assert list(body["content"]) == ["application/json"]
+
+
+def run_started() -> dict[str, Any]:
+    return {"type": "RUN_STARTED", "threadId": "t1", "runId": "r1"}
+
+
+def test_run_publish_body(doc: dict[str, Any], registry: Registry[Any]) -> None:
+    check = component(registry, "RunPublishBody")
+    text = {"type": "TEXT_MESSAGE_CONTENT", "messageId": "m1", "delta": "Hi"}
+    check.validate(run_started())
+    check.validate([run_started(), {"type": "TEXT_MESSAGE_START", "messageId": "m1"}, text])
+    assert not check.is_valid([])
+    assert not check.is_valid({"threadId": "t1"})  # no type
+    assert not check.is_valid({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m1"})
+    # The schema is the whole of AG-UI 1.0; publishing is laxer unless strict (described).
+    assert not check.is_valid(dict(run_started(), extra=1))
+    assert not check.is_valid({"type": "SOME_FUTURE_EVENT"})
+    assert not check.is_valid({"type": "SUBAGENT_FINISHED", "subagentRunId": None})
+    array = doc["components"]["schemas"]["RunPublishBody"]["oneOf"][1]
+    assert array["maxItems"] == MAX_BATCH_ITEMS
+
+
+def test_run_stream_publish_body(doc: dict[str, Any], registry: Registry[Any]) -> None:
+    check = component(registry, "RunStreamPublishBody")
+    event = {"kind": "event", "event": team_message()}
+    delta = {
+        "kind": "delta",
+        "request_event_id": "0190f5a2-7c1e-7b3d-8a4f-000000000107",
+        "text": "",
+    }
+    status = {"kind": "status", "status": "retry_wait", "until": 1_760_000_000_000}
+    result = {
+        "kind": "result",
+        "run_id": "0190f5a2-7c1e-7b3d-8a4f-000000000107",
+        "result": {"status": "cancelled", "thread_id": THREAD, "branch_id": BRANCH},
+    }
+    for message in (event, delta, status, result):
+        check.validate(message)
+    check.validate([event, delta, status, result])
+    assert not check.is_valid([])
+    assert not check.is_valid(dict(event, extra=1))
+    assert not check.is_valid({"kind": "delta", "text": "x"})
+    assert not check.is_valid(dict(result, run_id="r1"))
+    array = doc["components"]["schemas"]["RunStreamPublishBody"]["oneOf"][1]
+    assert array["maxItems"] == MAX_BATCH_ITEMS
+
+
+def test_run_stream_publish_response(registry: Registry[Any]) -> None:
+    check = component(registry, "RunStreamPublishResponse")
+    check.validate({"cursors": ["1760000000000:1", None, "1760000000000:2"]})
+    check.validate({"cursors": [None]})
+    assert not check.is_valid({"cursors": []})
+    assert not check.is_valid({"cursors": ["7"]})
+    assert not check.is_valid({"cursors": [None], "extra": 1})
 
 
 def test_publish_response(registry: Registry[Any]) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 import msgspec
 
 from gateway.errors import InvalidRequest
+from gateway.validate import MAX_BATCH_ITEMS
 
 Event = dict[str, Any]
 
@@ -146,6 +147,8 @@ def check_body(body: object, *, thread_id: str, run_id: str, strict: bool = Fals
     items = body if isinstance(body, list) else [body]
     if not items:
         raise InvalidRequest("body: an empty array publishes nothing")
+    if len(items) > MAX_BATCH_ITEMS:
+        raise InvalidRequest(f"body: at most {MAX_BATCH_ITEMS} events per request")
     events: list[Event] = []
     for index, item in enumerate(items):
         where = f"[{index}]" if isinstance(body, list) else "event"

@@ -159,6 +159,46 @@ class RunFold:
         new._reindex()
         return new
 
+    def dump(self) -> bytes:
+        """The fold as bytes (msgpack), for :meth:`load` on any node."""
+        return msgspec.msgpack.encode(
+            {
+                "v": 1,
+                "run_started": self.run_started,
+                "terminal": self.terminal,
+                "state": self.state,
+                "messages": self.messages,
+                "lanes": [[lane, kind, fields] for lane, (kind, fields) in self.lanes.items()],
+                "subagents": self.subagents,
+                "steps": [[lane, step] for lane, step in self.steps],
+                "reasoning_spans": [[k, v] for k, v in self.reasoning_spans.items()],
+                "reasoning_messages": [[k, v] for k, v in self.reasoning_messages.items()],
+                "texts": self.texts,
+                "tools": self.tools,
+                "applied": self.applied,
+            }
+        )
+
+    @classmethod
+    def load(cls, blob: bytes) -> RunFold:
+        """A fold from :meth:`dump`.  Raises ValueError for anything else."""
+        try:
+            d = msgspec.msgpack.decode(blob)
+            fold = cls()
+            fold.run_started, fold.terminal = d["run_started"], d["terminal"]
+            fold.state, fold.messages = d["state"], d["messages"]
+            fold.lanes = {lane: (kind, fields) for lane, kind, fields in d["lanes"]}
+            fold.subagents = dict(d["subagents"])
+            fold.steps = {(lane, step): None for lane, step in d["steps"]}
+            fold.reasoning_spans = {k: v for k, v in d["reasoning_spans"]}
+            fold.reasoning_messages = {k: v for k, v in d["reasoning_messages"]}
+            fold.texts, fold.tools = dict(d["texts"]), dict(d["tools"])
+            fold.applied = int(d["applied"])
+        except (msgspec.DecodeError, KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"not a dumped run fold: {exc}") from exc
+        fold._reindex()
+        return fold
+
     def _reindex(self) -> None:
         self._ids = {}
         self._calls = {}

@@ -24,10 +24,16 @@ from gateway.agui.fold import RunFold
 from gateway.cursor import Cursor
 from gateway.errors import GatewayError
 from gateway.fanout.flight import SingleFlight
-from gateway.feed import FeedKey
+from gateway.feed import FeedKey, FeedState
 from gateway.log.base import FeedLog
 
 MAX_CHECKPOINTS = 64
+#: Run feeds trim in whole blocks of this many items, and keep the fold at each block
+#: boundary (persist).
+BLOCK = 1000
+#: persist starts this many items before retention would trim (a publish appends at
+#: most MAX_BATCH_ITEMS = 1000 items at once).
+PERSIST_MARGIN = 3 * BLOCK
 
 
 class _Checkpoints:
@@ -72,6 +78,8 @@ class Folds:
         self._flight: SingleFlight[RunFold] = SingleFlight()
         #: Items folded from the log (for tests and the benchmark).
         self.items_folded = 0
+        #: The checkpoint :meth:`persist` last kept, per feed.
+        self._persisted: dict[FeedKey, Cursor] = {}
 
     async def at(self, feed: FeedKey, cursor: Cursor) -> RunFold:
         """The run folded over items ``1..cursor.offset`` of ``cursor.epoch``.
@@ -104,7 +112,16 @@ class Folds:
             limit = min(self.page, cursor.offset - offset)
             items = await self.log.read(feed, Cursor(cursor.epoch, offset), limit)
             if not items:
-                break  # trimmed or lost beyond this point: fold what there is
+                break  # lost beyond this point: fold what there is
+            if items[0].offset > offset + 1:
+                # Retention trimmed the run's start: continue from the fold the
+                # publishers kept at the trim point (see persist), if there is one.
+                kept = Cursor(cursor.epoch, items[0].offset - 1)
+                blob = await self.log.load_fold(feed, kept)
+                if blob is not None:
+                    with contextlib.suppress(ValueError):
+                        fold = RunFold.load(blob)
+                offset = kept.offset
             for item in items:
                 if item.epoch != cursor.epoch or item.offset > cursor.offset:
                     break
@@ -121,3 +138,24 @@ class Folds:
             break
         points.add(cursor.offset, fold.copy())
         return fold
+
+    async def persist(self, feed: FeedKey, state: FeedState, retention: int) -> None:
+        """Keep the fold at the next block boundary with the feed before retention trims
+        the run up to it (run feeds trim in whole blocks of ``BLOCK``, see
+        ``FeedLog.append``), so a node that never saw the trimmed start can still fold.
+
+        Call after each append to a run feed; cheap until the feed nears its retention.
+        """
+        kept = state.head - (state.first - 1)
+        if kept < retention - PERSIST_MARGIN:
+            return
+        boundary = ((state.first - 1) // BLOCK + 1) * BLOCK
+        at = Cursor(state.epoch, boundary)
+        if boundary > state.head or self._persisted.get(feed) == at:
+            return
+        if await self.log.load_fold(feed, at) is None:
+            fold = await self.at(feed, at)
+            await self.log.save_fold(feed, at, fold.dump(), keep_from=state.first - 1)
+        self._persisted[feed] = at
+        while len(self._persisted) > self.max_feeds:
+            self._persisted.pop(next(iter(self._persisted)))

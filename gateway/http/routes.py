@@ -17,7 +17,6 @@ import msgspec
 import structlog
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from gateway.agui.folds import Folds
 from gateway.auth import Authenticator, Principal, bearer_token
 from gateway.config import Settings
 from gateway.cursor import parse_cursor
@@ -84,7 +83,7 @@ class Routes:
             settings.publish_rate, settings.publish_burst, on_limited=limited
         )
         #: The AG-UI run-feed routes, with the node's fold cache.
-        self.folds = Folds(hub.log, page=settings.history_page)
+        self.folds = publisher.folds
         self.runs = RunRoutes(self, self.folds)
         self.websocket = WebSocketRoute(
             settings, hub, authenticator, metrics, self.sessions, self.limits, self.folds

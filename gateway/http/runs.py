@@ -226,9 +226,12 @@ class RunRoutes:
             routes.publisher.reject(exc, "http")
             raise
         tenant = principal.tenant
-        routes.publish_rate.take(tenant, 1)
+
+        def admit(items: int) -> None:
+            routes.publish_rate.take(tenant, items)
+
         cursors = await routes.publisher.publish_run_stream_json(
-            tenant, thread_id, run_id, request.body, path="http"
+            tenant, thread_id, run_id, request.body, path="http", admit=admit
         )
         answer = [None if c is None else str(c) for c in cursors]
         responder.send(200, msgspec.json.encode({"cursors": answer}))

@@ -87,9 +87,13 @@ class FeedLog(abc.ABC):
 
     @abc.abstractmethod
     async def append(
-        self, feed: FeedKey, items: Sequence[NewItem], *, retention: int
+        self, feed: FeedKey, items: Sequence[NewItem], *, retention: int, align: int = 0
     ) -> AppendResult:
         """Append ``items`` in order as one atomic step; see the module docstring.
+
+        With ``align`` > 0 retention trims whole blocks only: the first retained
+        offset minus one stays a multiple of ``align`` (the feed keeps up to
+        ``align - 1`` items beyond ``retention``).
 
         Raises IdempotencyKeyReused (message names the item index) or Unavailable.
         """
@@ -128,6 +132,15 @@ class FeedLog(abc.ABC):
     @abc.abstractmethod
     async def offset_of(self, feed: FeedKey, key: str) -> int | None:
         """The offset of the retained item appended with idempotency ``key``, if any."""
+
+    @abc.abstractmethod
+    async def save_fold(self, feed: FeedKey, at: Cursor, blob: bytes, *, keep_from: int) -> None:
+        """Keep ``blob`` (a run's fold after item ``at``) with the feed; drop the ones of
+        other epochs and those below offset ``keep_from``."""
+
+    @abc.abstractmethod
+    async def load_fold(self, feed: FeedKey, at: Cursor) -> bytes | None:
+        """The blob :meth:`save_fold` kept for ``at``, if any."""
 
     @abc.abstractmethod
     async def expire(self, feed: FeedKey, seconds: float) -> None:

@@ -2,7 +2,8 @@
 --
 -- KEYS: 1 meta hash, 2 stream, 3 idempotency-key hash (one hash slot: same {tag}).
 -- ARGV: 1 mode ("append" | "check"), 2 retention, 3 known epoch (0: none),
---       4 known offset, 5 known chain, 6 item count n, 7 (unused),
+--       4 known offset, 5 known chain, 6 item count n, 7 trim alignment ("" or 0:
+--       none; A: trim only so that the first retained offset - 1 is a multiple of A),
 --       then per item: key ("" for none), data, host-opening flag ("1"/"0").
 --
 -- After appending, the new items are PUBLISHed on the channel named like the stream
@@ -24,6 +25,7 @@ local mode = ARGV[1]
 local retention = tonumber(ARGV[2])
 local kepoch, koff, kchain = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local n = tonumber(ARGV[6])
+local align = tonumber(ARGV[7]) or 0
 
 local function fmt(x) return string.format('%d', x) end
 
@@ -166,8 +168,15 @@ end
 -- Retention: at most 1000 entries per call, so the step stays short; later appends
 -- trim the rest when the limit was lowered.
 local len = redis.call('XLEN', S)
-if len > retention then
-  local old = redis.call('XRANGE', S, '-', '+', 'COUNT', math.min(len - retention, 1000))
+local excess = math.min(len - retention, 1000)
+if excess > 0 and align > 0 then
+  -- Whole blocks only (run feeds keep a fold checkpoint at each block boundary).
+  local firstent = redis.call('XRANGE', S, '-', '+', 'COUNT', 1)
+  local fo = tonumber(string.match(firstent[1][1], '%-(%d+)$'))
+  excess = math.floor((fo - 1 + excess) / align) * align - (fo - 1)
+end
+if excess > 0 then
+  local old = redis.call('XRANGE', S, '-', '+', 'COUNT', excess)
   local ids = {}
   for _, ent in ipairs(old) do
     ids[#ids + 1] = ent[1]

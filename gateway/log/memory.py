@@ -57,6 +57,8 @@ class MemoryLog(FeedLog):
         self._feeds: dict[FeedKey, _Feed] = {}
         #: Feeds to delete at a monotonic time (expire).
         self._expiry: dict[FeedKey, float] = {}
+        #: Fold checkpoints of run feeds (save_fold), by feed and cursor.
+        self._folds: dict[FeedKey, dict[Cursor, bytes]] = {}
         #: Transient messages not yet collected: (epoch, head when sent, data).
         self._transient: dict[FeedKey, list[tuple[int, int, bytes]]] = {}
         self._changed = anyio.Event()
@@ -84,6 +86,21 @@ class MemoryLog(FeedLog):
         offset = f.keys.get(key)
         return offset if offset is not None and f.at(offset) is not None else None
 
+    async def save_fold(self, feed: FeedKey, at: Cursor, blob: bytes, *, keep_from: int) -> None:
+        kept = {
+            c: b
+            for c, b in self._folds.get(feed, {}).items()
+            if c.epoch == at.epoch and c.offset >= keep_from
+        }
+        kept[at] = blob
+        self._folds[feed] = kept
+
+    async def load_fold(self, feed: FeedKey, at: Cursor) -> bytes | None:
+        if self._get(feed) is None:
+            self._folds.pop(feed, None)
+            return None
+        return self._folds.get(feed, {}).get(at)
+
     async def expire(self, feed: FeedKey, seconds: float) -> None:
         if feed in self._feeds:
             self._expiry[feed] = time.monotonic() + seconds
@@ -93,7 +110,7 @@ class MemoryLog(FeedLog):
         return self._last_epoch
 
     async def append(
-        self, feed: FeedKey, items: Sequence[NewItem], *, retention: int
+        self, feed: FeedKey, items: Sequence[NewItem], *, retention: int, align: int = 0
     ) -> AppendResult:
         f = self._get(feed)
         new_epoch = f is None
@@ -139,7 +156,11 @@ class MemoryLog(FeedLog):
             if f.host is None and f.head == 1:
                 f.host = item.host_opening
             cursors.append(stored.cursor)
-        while len(f.items) > retention:
+        excess = len(f.items) - retention
+        if excess > 0 and align > 0:
+            before = f.items[0][0].offset - 1
+            excess = (before + excess) // align * align - before
+        for _ in range(max(0, excess)):
             _, key, _ = f.items.popleft()
             if key is not None:
                 f.keys.pop(key, None)

@@ -174,9 +174,13 @@ class RedisLog(FeedLog):
         finally:
             self._observe(command, time.perf_counter() - started)
 
-    async def _run(self, feed: FeedKey, mode: str, retention: int, items: Sequence[NewItem]) -> Any:
+    async def _run(
+        self, feed: FeedKey, mode: str, retention: int, items: Sequence[NewItem], align: int = 0
+    ) -> Any:
         known_epoch, known_offset, known_chain = split_known(self.known(feed))
-        args: list[Any] = [mode, retention, known_epoch, known_offset, known_chain, len(items), ""]
+        args: list[Any] = [
+            mode, retention, known_epoch, known_offset, known_chain, len(items), align,
+        ]
         for item in items:
             args += [item.key or "", item.data, "1" if item.host_opening else "0"]
         with self._io(mode, "append" if mode == "append" else "state"):
@@ -193,9 +197,9 @@ class RedisLog(FeedLog):
         )
 
     async def append(
-        self, feed: FeedKey, items: Sequence[NewItem], *, retention: int
+        self, feed: FeedKey, items: Sequence[NewItem], *, retention: int, align: int = 0
     ) -> AppendResult:
-        reply = await self._run(feed, "append", retention, items)
+        reply = await self._run(feed, "append", retention, items, align)
         if reply[0] == b"reused":
             raise IdempotencyKeyReused(
                 f"item {int(reply[1])}: event_id was already used for a different item"
@@ -225,11 +229,38 @@ class RedisLog(FeedLog):
             raw = await self._redis.hget(self.keys(feed)[2], key)
         return None if raw is None else int(raw)
 
+    def _fold_key(self, feed: FeedKey) -> str:
+        # Beside the feed's other keys (same hash slot).
+        return f"{self._prefix}:{feed.tag()}:f"
+
+    async def save_fold(self, feed: FeedKey, at: Cursor, blob: bytes, *, keep_from: int) -> None:
+        key = self._fold_key(feed)
+        with self._io("save_fold"):
+            fields = await self._redis.hkeys(key)
+            stale = []
+            for field in fields:
+                epoch, _, offset = field.partition(b":")
+                if int(epoch) != at.epoch or int(offset) < keep_from:
+                    stale.append(field)
+            ttl = await self._redis.pttl(self.keys(feed)[1])
+            async with self._redis.pipeline(transaction=False) as pipe:
+                pipe.hset(key, str(at), blob)
+                if stale:
+                    pipe.hdel(key, *stale)
+                if ttl > 0:  # a finished run in its grace period: the fold goes with it
+                    pipe.pexpire(key, ttl)
+                await pipe.execute()
+
+    async def load_fold(self, feed: FeedKey, at: Cursor) -> bytes | None:
+        with self._io("load_fold"):
+            blob: bytes | None = await self._redis.hget(self._fold_key(feed), str(at))
+        return blob
+
     async def expire(self, feed: FeedKey, seconds: float) -> None:
         ms = max(1, int(seconds * 1000))
         with self._io("expire"):
             async with self._redis.pipeline(transaction=False) as pipe:
-                for key in self.keys(feed):
+                for key in (*self.keys(feed), self._fold_key(feed)):
                     pipe.pexpire(key, ms)
                 await pipe.execute()
 

@@ -191,3 +191,22 @@ def test_activity_messages_snapshot_delta_and_replace_false() -> None:
             "subagentRunId": "s",
         },
     ]
+
+
+def test_a_dumped_fold_loads_into_the_same_fold_and_prelude() -> None:
+    import pytest
+
+    for cut in (7, 16, 30, len(NESTED)):
+        fold = fold_of(NESTED[:cut])
+        loaded = RunFold.load(fold.dump())
+        assert loaded.messages == fold.messages and loaded.state == fold.state
+        assert loaded.prelude(THREAD, RUN) == fold.prelude(THREAD, RUN)
+        # It folds on exactly like the original.
+        for event in NESTED[cut:]:
+            loaded.apply(event)
+            fold.apply(event)
+        assert loaded.messages == fold.messages
+    chunks = fold_of(CHUNKS[:9])
+    assert RunFold.load(chunks.dump()).prelude(THREAD, RUN) == chunks.prelude(THREAD, RUN)
+    with pytest.raises(ValueError, match="not a dumped run fold"):
+        RunFold.load(b"\x01garbage")

@@ -21,12 +21,20 @@ pytestmark = pytest.mark.anyio
 async def test_rs256_token_from_pem_and_no_hs256_without_secret(tmp_path: Path) -> None:
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     pem = tmp_path / "key.pem"
-    pem.write_bytes(key.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-    ))
+    pem.write_bytes(
+        key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
     now = int(time.time())
-    claims = {"sub": "rs", "iss": "https://idp.example", "tenant": "acme",
-              "scope": "subscribe publish", "iat": now, "exp": now + 600}
+    claims = {
+        "sub": "rs",
+        "iss": "https://idp.example",
+        "tenant": "acme",
+        "scope": "subscribe publish",
+        "iat": now,
+        "exp": now + 600,
+    }
     rs256 = jwt.encode(claims, key, algorithm="RS256")
     hs256 = mint(SECRET, tenant="acme")
     team = ev.team_id()

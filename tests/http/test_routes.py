@@ -69,8 +69,9 @@ async def test_readiness_fails_while_the_feed_reader_is_stuck(
 
     stall = 1.0
     async with (
-        start_node(url, prefix, hooks=Hooks(before_read=before_read), ready_stall_seconds=stall)
-        as node,
+        start_node(
+            url, prefix, hooks=Hooks(before_read=before_read), ready_stall_seconds=stall
+        ) as node,
         httpx.AsyncClient(base_url=node.url, timeout=10) as client,
     ):
         assert (await client.get("/readyz")).status_code == 200

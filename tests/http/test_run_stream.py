@@ -187,3 +187,18 @@ async def test_missing_runs_and_other_tenants_are_404(client: httpx.AsyncClient)
     missing = await client.get(PATH.replace(RUN, "nope"), headers=auth())
     assert other.status_code == missing.status_code == 404
     assert other.content == missing.content
+
+
+async def test_each_message_counts_against_the_publish_rate(
+    node_redis: tuple[str | None, str],
+) -> None:
+    url, prefix = node_redis
+    async with (
+        start_node(url, prefix, publish_rate=1.0, publish_burst=3) as n,
+        httpx.AsyncClient(base_url=n.url, timeout=10) as c,
+    ):
+        r = await c.post(PATH, json=[committed(1), delta("a"), delta("b"), STATUS], headers=auth())
+        assert r.status_code == 429
+        assert r.json()["error"]["code"] == "rate_limited"
+        ok = await c.post(PATH, json=[committed(1), delta("a")], headers=auth())
+        assert ok.status_code == 200

@@ -196,6 +196,13 @@ async def test_idempotency_key_makes_retries_safe(client: httpx.AsyncClient) -> 
     r = await client.post(PATH, json=NESTED[4:8], headers={**auth(), "Idempotency-Key": "req-1"})
     assert r.status_code == 409
     assert r.json()["error"]["code"] == "idempotency_key_reused"
+    # The same key with more or fewer events is a different request too.
+    for body in (NESTED[:5], NESTED[:3]):
+        r = await client.post(PATH, json=body, headers={**auth(), "Idempotency-Key": "req-1"})
+        assert r.status_code == 409, len(body)
+    got = await client.post(PATH, json=NESTED[4:5], headers={**auth(), "Idempotency-Key": "r2"})
+    assert got.status_code == 200  # nothing of the refused requests was appended
+    assert got.json()["cursors"][0].endswith(":5")
 
 
 async def test_threads_claim_and_tenants_answer_like_a_missing_run(

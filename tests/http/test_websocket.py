@@ -148,7 +148,10 @@ async def barrier(ws: ClientConnection) -> None:
     await subscribe(ws, BARRIER)
     frame = await recv(ws)
     assert frame == {
-        "type": "error", "feed": BARRIER, "code": "not_found", "message": "no such feed",
+        "type": "error",
+        "feed": BARRIER,
+        "code": "not_found",
+        "message": "no such feed",
     }
 
 
@@ -284,12 +287,19 @@ REJECTIONS = {
         401,
         "unauthenticated",
     ),
-    "basic scheme": ({"Authorization": "Basic dXNlcjpwYXNz"}, [SUBPROTOCOL], 401,
-                     "unauthenticated"),
+    "basic scheme": (
+        {"Authorization": "Basic dXNlcjpwYXNz"},
+        [SUBPROTOCOL],
+        401,
+        "unauthenticated",
+    ),
     "expired": (auth(ttl=-60), [SUBPROTOCOL], 401, "unauthenticated"),
     "publish scope only": (auth(scopes=["publish"]), [SUBPROTOCOL], 401, "unauthenticated"),
     "no scope in subprotocol token": (
-        {}, [SUBPROTOCOL, f"bearer.{token(scopes=[])}"], 401, "unauthenticated",
+        {},
+        [SUBPROTOCOL, f"bearer.{token(scopes=[])}"],
+        401,
+        "unauthenticated",
     ),
     "gateway.v1 not offered": (auth(), ["chat"], 400, "invalid_request"),
     "no subprotocol": (auth(), [], 400, "invalid_request"),
@@ -475,8 +485,23 @@ async def test_reconnect_under_load_gets_every_item_once_in_order(
 # ---------------------------------------------------------------------------
 
 
-MALFORMED = ["", "abc", "1", "1:", ":1", "1:2:3", "-1:2", "1.0:2", " 1:2", "1:2 ",
-             "9007199254740992:0", "0:9007199254740992", "\uff11:2", "0x1:2", "9" * 80]
+MALFORMED = [
+    "",
+    "abc",
+    "1",
+    "1:",
+    ":1",
+    "1:2:3",
+    "-1:2",
+    "1.0:2",
+    " 1:2",
+    "1:2 ",
+    "9007199254740992:0",
+    "0:9007199254740992",
+    "\uff11:2",
+    "0x1:2",
+    "9" * 80,
+]
 
 
 async def test_cursor_errors(node: Gateway, http: httpx.AsyncClient) -> None:
@@ -493,12 +518,16 @@ async def test_cursor_errors(node: Gateway, http: httpx.AsyncClient) -> None:
             assert frame["code"] == "invalid_cursor", bad
         await subscribe(ws, feed, after=f"{epoch + 1}:0")
         assert await recv(ws) == {
-            "type": "error", "feed": feed, "code": "invalid_cursor",
+            "type": "error",
+            "feed": feed,
+            "code": "invalid_cursor",
             "message": "cursor is from a later epoch than the feed's",
         }
         await subscribe(ws, feed, after=f"{epoch}:3")
         assert await recv(ws) == {
-            "type": "error", "feed": feed, "code": "invalid_cursor",
+            "type": "error",
+            "feed": feed,
+            "code": "invalid_cursor",
             "message": "cursor is past the feed's head",
         }
         # None of that counted against the socket: it still serves the feed.
@@ -551,7 +580,9 @@ async def test_host_team_is_not_found(node: Gateway, http: httpx.AsyncClient) ->
     async with open_ws(node) as ws:
         await subscribe(ws, f"team/{team}")
         assert await recv(ws) == {
-            "type": "error", "feed": f"team/{team}", "code": "not_found",
+            "type": "error",
+            "feed": f"team/{team}",
+            "code": "not_found",
             "message": "no such feed",
         }
 
@@ -581,9 +612,7 @@ INVALID: list[tuple[str, str | None]] = [
 ]
 
 
-async def test_invalid_messages_get_invalid_request(
-    node: Gateway, http: httpx.AsyncClient
-) -> None:
+async def test_invalid_messages_get_invalid_request(node: Gateway, http: httpx.AsyncClient) -> None:
     team = ev.team_id()
     feed = f"team/{team}"
     await publish(http, team)
@@ -625,9 +654,10 @@ async def test_too_many_invalid_messages_close_1008(make_node: NodeFactory) -> N
 async def test_subscription_limit_is_rate_limited_per_feed(
     make_node: NodeFactory,
 ) -> None:
-    async with make_node(ws_max_subscriptions=2) as node, httpx.AsyncClient(
-        base_url=node.url, timeout=10
-    ) as http:
+    async with (
+        make_node(ws_max_subscriptions=2) as node,
+        httpx.AsyncClient(base_url=node.url, timeout=10) as http,
+    ):
         a, b, c = ev.team_id(), ev.team_id(), ev.team_id()
         fa, fb, fc = (f"team/{t}" for t in (a, b, c))
         heads = {f: (await publish(http, t)).cursors[0] for f, t in ((fa, a), (fb, b), (fc, c))}
@@ -635,11 +665,14 @@ async def test_subscription_limit_is_rate_limited_per_feed(
             await subscribe(ws, fa, after=heads[fa])
             await subscribe(ws, fb, after=heads[fb])
             assert by_feed(await recv_n(ws, 2)) == {
-                fa: [subscribed(fa, heads[fa])], fb: [subscribed(fb, heads[fb])],
+                fa: [subscribed(fa, heads[fa])],
+                fb: [subscribed(fb, heads[fb])],
             }
             await subscribe(ws, fc, after=heads[fc])
             assert await recv(ws) == {
-                "type": "error", "feed": fc, "code": "rate_limited",
+                "type": "error",
+                "feed": fc,
+                "code": "rate_limited",
                 "message": "at most 2 subscriptions per socket",
             }
             # Subscribing again to a feed already held is not a new subscription.
@@ -650,7 +683,8 @@ async def test_subscription_limit_is_rate_limited_per_feed(
             pa = await publish(http, a)
             pb = await publish(http, b)
             assert by_feed(await recv_n(ws, 2)) == {
-                fa: events_of(fa, pa), fb: events_of(fb, pb),
+                fa: events_of(fa, pa),
+                fb: events_of(fb, pb),
             }
             await barrier(ws)
             assert {k.id for k in node.hub.channels} == {a, b}
@@ -680,7 +714,9 @@ async def test_error_about_one_feed_ends_only_that_subscription(
         # An error about feed a ends a's subscription only.
         await subscribe(ws, fa, after="garbage")
         assert await recv(ws) == {
-            "type": "error", "feed": fa, "code": "invalid_cursor",
+            "type": "error",
+            "feed": fa,
+            "code": "invalid_cursor",
             "message": "cursor must be <epoch>:<offset>, two decimal integers",
         }
         await publish(http, a)
@@ -720,9 +756,10 @@ async def test_old_epoch_cursor_gets_epoch_restarted(
 
 
 async def test_trimmed_history_gets_epoch_restarted(make_node: NodeFactory) -> None:
-    async with make_node(team_retention=3) as node, httpx.AsyncClient(
-        base_url=node.url, timeout=10
-    ) as http:
+    async with (
+        make_node(team_retention=3) as node,
+        httpx.AsyncClient(base_url=node.url, timeout=10) as http,
+    ):
         team = ev.team_id()
         feed = f"team/{team}"
         pub = await publish(http, team, 6)
@@ -780,9 +817,10 @@ async def test_unsubscribe_while_joining_leaves_no_channel(
         await real_wake()
 
     feed_log.wake = gated_wake  # type: ignore[method-assign]
-    async with start_node(url, prefix, feed_log=feed_log) as node, httpx.AsyncClient(
-        base_url=node.url, timeout=10
-    ) as http:
+    async with (
+        start_node(url, prefix, feed_log=feed_log) as node,
+        httpx.AsyncClient(base_url=node.url, timeout=10) as http,
+    ):
         team = ev.team_id()
         feed = f"team/{team}"
         await publish(http, team)
@@ -860,14 +898,17 @@ async def test_token_refresh_with_another_subject_is_refused(
         assert await recv(ws) == subscribed(feed, head)
         await send(ws, {"type": "auth", "token": token(subject="mallory")})
         assert await recv(ws) == {
-            "type": "error", "code": "unauthenticated",
+            "type": "error",
+            "code": "unauthenticated",
             "message": "a refreshed token must have the same iss, tenant and sub",
         }
         await send(ws, {"type": "auth", "token": token(tenant="globex")})
         assert (await recv(ws))["code"] == "unauthenticated"
         await send(ws, {"type": "auth", "token": "not-a-jwt"})
         assert await recv(ws) == {
-            "type": "error", "code": "unauthenticated", "message": "invalid token",
+            "type": "error",
+            "code": "unauthenticated",
+            "message": "invalid token",
         }
         # The subscription is untouched until the old token expires.
         live = await publish(mem_http, team)
@@ -892,7 +933,10 @@ async def test_token_refresh_dropping_a_team_ends_that_subscription(
         await recv_n(ws, 2)
         await send(ws, {"type": "auth", "token": token(teams=[b])})
         assert await recv(ws) == {
-            "type": "error", "feed": fa, "code": "not_found", "message": "no such feed",
+            "type": "error",
+            "feed": fa,
+            "code": "not_found",
+            "message": "no such feed",
         }
         await publish(http, a)
         pb = await publish(http, b)
@@ -901,7 +945,10 @@ async def test_token_refresh_dropping_a_team_ends_that_subscription(
         # The new claims apply to new subscriptions too.
         await subscribe(ws, fa)
         assert await recv(ws) == {
-            "type": "error", "feed": fa, "code": "not_found", "message": "no such feed",
+            "type": "error",
+            "feed": fa,
+            "code": "not_found",
+            "message": "no such feed",
         }
 
 
@@ -911,9 +958,10 @@ async def test_token_refresh_dropping_a_team_ends_that_subscription(
 
 
 async def test_client_that_answers_pings_stays_connected() -> None:
-    async with start_node(ws_ping_interval=0.3, ws_ping_timeout=0.3) as node, httpx.AsyncClient(
-        base_url=node.url, timeout=10
-    ) as http:
+    async with (
+        start_node(ws_ping_interval=0.3, ws_ping_timeout=0.3) as node,
+        httpx.AsyncClient(base_url=node.url, timeout=10) as http,
+    ):
         team = ev.team_id()
         feed = f"team/{team}"
         head = (await publish(http, team)).cursors[0]
@@ -985,9 +1033,10 @@ async def test_peer_that_does_not_answer_pings_is_dropped() -> None:
 
 async def test_message_too_big_closes_1009_and_others_go_on(make_node: NodeFactory) -> None:
     limit = 1024
-    async with make_node(ws_max_message_bytes=limit) as node, httpx.AsyncClient(
-        base_url=node.url, timeout=10
-    ) as http:
+    async with (
+        make_node(ws_max_message_bytes=limit) as node,
+        httpx.AsyncClient(base_url=node.url, timeout=10) as http,
+    ):
         team = ev.team_id()
         feed = f"team/{team}"
         head = (await publish(http, team)).cursors[0]
@@ -1061,9 +1110,15 @@ async def test_disconnect_reasons_are_counted(case: str) -> None:
                     elif case == "error-1009":
                         await send(ws, "x" * 2048)
                     _, code, _ = await until_closed(ws, within=5)
-                    assert code == {
-                        "shutdown": 1012, "error-1008": 1008, "error-1009": 1009, "auth": 4001,
-                    }[case]
+                    assert (
+                        code
+                        == {
+                            "shutdown": 1012,
+                            "error-1008": 1008,
+                            "error-1009": 1009,
+                            "auth": 4001,
+                        }[case]
+                    )
                 await eventually(lambda: ws_metric(node, "gateway_connections") == 0)
         # A peer that stops answering pings is gone: "client" ("reset" is for streams
         # a feed reset ends; a socket outlives its subscriptions' resets).

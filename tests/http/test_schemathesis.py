@@ -1,0 +1,267 @@
+"""Schemathesis against the gateway's own OpenAPI document (issue 6).
+
+The operations that answer once (publishing to team feeds, run feeds and run streams,
+``/healthz``, ``/readyz``, ``/metrics``, ``/openapi.json``) are generated from
+``gateway/schemas/gateway.openapi.json``, the document the node serves (a test checks
+the bytes), and sent over real HTTP to a real node on the test Redis with a token that
+has both scopes.  The streaming routes (``GET /v1/teams/{team}/events``, the run feed
+and run stream GETs, ``POST /v1/ui/ag-ui/{agent}``, ``/v1/ws``) are left out: their
+responses do not end while the run goes on; a test checks that every documented
+operation is served.  The node runs with ``GATEWAY_AGUI_STRICT`` so that an AG-UI body
+the schema rejects is rejected (by default the gateway checks only ``type`` and the
+fields it requires, and lets unknown fields through, as the document says).
+
+Every response must be: not a 5xx; a documented status code; of the documented content
+type; with a body and headers the document allows; a 4xx for data the schema rejects
+(negative cases) and for missing or ignored credentials; a 405 with ``Allow`` for a
+method the document does not declare.  The generated positive publish bodies get a
+fresh ``event_id`` per item and sources naming the caller's tenant and the path's team
+(the checks the schema cannot express), so most of them are appended (200) instead of
+all ending as 409 or 400.  Likewise for runs: each positive case publishes to a run of
+its own; a ``RUN_STARTED``/``RUN_FINISHED`` names the path's thread and run; on a run
+stream the thread is a lowercase UUID that every committed event names, the committed
+seqs follow one another, and a result names the path's run.
+
+Examples are derandomised (the same cases on every run, for CI) and bounded: the
+fuzzing phase sends at most ``MAX_EXAMPLES`` cases per operation; the coverage phase
+sends its schema-derived boundary cases, positive ones only for publishing (its
+negative ones are some fifteen thousand bodies, minutes of requests), and none for
+publishing to a run stream (see ``stream_publishing``).  Offline: the document is read
+from the package and nothing is fetched.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from importlib import resources
+from typing import Any
+
+import anyio.from_thread
+import httpx
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, settings
+from schemathesis.checks import (
+    content_type_conformance,
+    ignored_auth,
+    missing_required_header,
+    negative_data_rejection,
+    not_a_server_error,
+    response_headers_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+    unsupported_method,
+)
+from schemathesis.generation import GenerationMode
+
+from tests.conftest import new_redis_prefix
+from tests.support.node import auth, start_node
+from tests.support.redis_server import delete_keys_with_prefix
+
+DOCUMENT = resources.files("gateway.schemas").joinpath("gateway.openapi.json")
+TEAM_EVENTS = "/v1/teams/{team}/events"
+TENANT = "acme"  # the tenant of tests.support.node.auth()'s token
+MAX_EXAMPLES = 60
+MAX_SEQ = 9_007_199_254_740_991
+
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+    response_headers_conformance,
+    negative_data_rejection,
+    ignored_auth,
+    missing_required_header,
+    unsupported_method,
+]
+
+#: POST /v1/teams/{team}/events.
+publishing = schemathesis.openapi.from_path(str(DOCUMENT)).include(method="POST", path=TEAM_EVENTS)
+publishing.config.phases.coverage.generation.modes = [GenerationMode.POSITIVE]
+#: POST /v1/threads/{thread_id}/runs/{run_id}/ui/ag-ui: the coverage phase sends a
+#: boundary case of every AG-UI event type.
+agui_publishing = schemathesis.openapi.from_path(str(DOCUMENT)).include(
+    operation_id="publishRunAgUi"
+)
+agui_publishing.config.phases.coverage.generation.modes = [GenerationMode.POSITIVE]
+#: POST /v1/threads/{thread_id}/runs/{run_id}/events: fuzzing only.  Its coverage cases
+#: (some three hundred, arrays of a thousand messages among them) would mostly repeat
+#: the events_Event boundary cases that the team publishing test already sends.
+stream_publishing = schemathesis.openapi.from_path(str(DOCUMENT)).include(
+    operation_id="publishRunEvents"
+)
+stream_publishing.config.phases.coverage.enabled = False
+#: /healthz, /readyz, /metrics, /openapi.json (no parameters: every phase is cheap).
+plain = schemathesis.openapi.from_path(str(DOCUMENT)).exclude(path_regex="^/v1/")
+
+SETTINGS = settings(
+    max_examples=MAX_EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=list(HealthCheck),
+)
+
+
+@pytest.fixture(scope="module")
+def node_url(redis_url: str) -> Iterator[str]:
+    """A real node on the test Redis, running in a thread of its own.
+
+    Schemathesis calls synchronously (``requests``), so the node cannot share the
+    test's thread; a blocking portal gives it an event loop in another one.
+    """
+    prefix = new_redis_prefix()
+    try:
+        with (
+            anyio.from_thread.start_blocking_portal("asyncio") as portal,
+            portal.wrap_async_context_manager(
+                start_node(redis_url, prefix, agui_strict=True)
+            ) as node,
+        ):
+            yield node.url
+    finally:
+        delete_keys_with_prefix(redis_url, prefix)
+
+
+def consistent(case: schemathesis.Case) -> None:
+    """Make a positive publish case pass what the schema cannot say (D4).
+
+    A fresh ``event_id`` per item (a retained one with another body is 409), and a
+    source of the caller's tenant and the path's team (else 400).
+    """
+    if case.meta is None or case.meta.generation.mode is not GenerationMode.POSITIVE:
+        return
+    items: list[Any] = case.body if isinstance(case.body, list) else [case.body]
+    for item in items:
+        item["event"]["event_id"] = str(uuid.uuid4())
+        source = item["source"]
+        if source["kind"] == "member":
+            source["member"]["tenant"] = TENANT
+            source["member"]["team"] = case.path_parameters["team"]
+        elif source["kind"] == "operator":
+            source["principal"]["tenant"] = TENANT
+
+
+@publishing.parametrize()
+@SETTINGS
+def test_publishing_conforms(case: schemathesis.Case, node_url: str) -> None:
+    consistent(case)
+    case.call_and_validate(base_url=node_url, headers=auth(TENANT), checks=CHECKS, timeout=10)
+
+
+def consistent_run(case: schemathesis.Case) -> None:
+    """Make a positive run publish case pass what the schema cannot say (D4, D7, D7b).
+
+    Each case publishes to a fresh run (no seq, Idempotency-Key or terminal event of an
+    earlier case gets in the way).  AG-UI: RUN_STARTED and RUN_FINISHED name the path's
+    thread and run.  Run stream: the thread is a lowercase UUID that every committed
+    event names, committed seqs follow one another, a result names the path's run.
+    """
+    if case.meta is None or case.meta.generation.mode is not GenerationMode.POSITIVE:
+        return
+    params = case.path_parameters
+    assert params is not None
+    run_id = str(uuid.uuid4())
+    params["run_id"] = run_id
+    items: list[Any] = case.body if isinstance(case.body, list) else [case.body]
+    if case.operation.path.endswith("/ui/ag-ui"):
+        if set(params["thread_id"]) == {"."}:
+            params["thread_id"] = "t" + params["thread_id"]  # no dot segments in a URL
+        for event in items:
+            if event.get("type") in ("RUN_STARTED", "RUN_FINISHED"):
+                event["threadId"], event["runId"] = params["thread_id"], run_id
+        return
+    thread_id = params["thread_id"] = str(uuid.uuid4())
+    seqs = [m["event"]["seq"] for m in items if m["kind"] == "event"]
+    seq = min(seqs[0], MAX_SEQ - len(seqs) + 1) if seqs else 0
+    for message in items:
+        if message["kind"] == "event":
+            message["event"]["thread_id"] = thread_id
+            message["event"]["seq"] = seq
+            seq += 1
+        elif message["kind"] == "result":
+            message["run_id"] = run_id
+
+
+@agui_publishing.parametrize()
+@SETTINGS
+def test_agui_publishing_conforms(case: schemathesis.Case, node_url: str) -> None:
+    consistent_run(case)
+    case.call_and_validate(base_url=node_url, headers=auth(TENANT), checks=CHECKS, timeout=10)
+
+
+@stream_publishing.parametrize()
+@SETTINGS
+def test_run_stream_publishing_conforms(case: schemathesis.Case, node_url: str) -> None:
+    consistent_run(case)
+    case.call_and_validate(base_url=node_url, headers=auth(TENANT), checks=CHECKS, timeout=10)
+
+
+@plain.parametrize()
+@SETTINGS
+def test_plain_routes_conform(case: schemathesis.Case, node_url: str) -> None:
+    case.call_and_validate(base_url=node_url, headers=auth(TENANT), checks=CHECKS, timeout=10)
+
+
+def test_the_node_serves_this_document(node_url: str) -> None:
+    r = httpx.get(f"{node_url}/openapi.json", timeout=10)
+    assert r.status_code == 200
+    assert r.headers["content-type"] == "application/json"
+    assert r.content == DOCUMENT.read_bytes()
+
+
+#: Values for the path parameters of every documented route: a team and a run that do
+#: not exist, so that no request below starts a stream.
+SAMPLE = {
+    "team": "0190f5a2-7c1e-7b3d-8a4f-0000000000ff",
+    "thread_id": "no-such-thread",
+    "run_id": "no-such-run",
+    "agent": "any",
+}
+
+
+def test_every_documented_operation_is_served(node_url: str) -> None:
+    """Each documented method of each path reaches its route; others are 405 with Allow."""
+    document = json.loads(DOCUMENT.read_bytes())
+    for template, item in document["paths"].items():
+        url = node_url + template.format(**{k: SAMPLE[k] for k in SAMPLE if k in template})
+        for method in item:
+            body = {"threadId": SAMPLE["thread_id"], "runId": SAMPLE["run_id"]}
+            r = httpx.request(
+                method.upper(),
+                url,
+                headers=auth(TENANT),
+                json=body if method == "post" else None,
+                timeout=10,
+            )
+            assert r.status_code != 405, (method, template)
+            if r.status_code == 404:
+                assert r.json()["error"]["message"] != "no such route", (method, template)
+            assert str(r.status_code) in item[method]["responses"], (method, template, r.text)
+        if template.startswith("/v1/"):
+            r = httpx.request("PUT", url, headers=auth(TENANT), timeout=10)
+            assert r.status_code == 405, (template, r.text)
+            assert r.headers["allow"] == ", ".join(m.upper() for m in sorted(item)), template
+
+
+@pytest.mark.parametrize(
+    ("path", "allow"),
+    [
+        ("/v1/teams/0190f5a2-7c1e-7b3d-8a4f-000000000001/events", "GET, POST"),
+        ("/healthz", "GET, HEAD"),
+        ("/v1/ws", "GET"),
+        ("/v1/threads/t1/runs/r1/ui/ag-ui", "GET, POST"),
+        ("/v1/threads/t1/runs/r1/events", "GET, POST"),
+        ("/v1/ui/ag-ui/agent", "POST"),
+    ],
+)
+def test_an_undeclared_method_is_405_with_allow(node_url: str, path: str, allow: str) -> None:
+    # The coverage phase checks this on the plain routes; not on publishing, whose
+    # negative coverage cases are left out (see the module docstring).
+    r = httpx.request("PUT", f"{node_url}{path}", headers=auth(TENANT), timeout=10)
+    assert r.status_code == 405, r.text
+    assert r.headers["allow"] == allow
+    assert r.json()["error"]["code"] == "method_not_allowed"
