@@ -160,8 +160,8 @@ class RunFold:
         return new
 
     def dump(self) -> bytes:
-        """The fold as bytes (msgpack), for :meth:`load` on any node."""
-        return msgspec.msgpack.encode(
+        """The fold as bytes (compact JSON: any integer survives), for :meth:`load`."""
+        return msgspec.json.encode(
             {
                 "v": 1,
                 "run_started": self.run_started,
@@ -183,7 +183,7 @@ class RunFold:
     def load(cls, blob: bytes) -> RunFold:
         """A fold from :meth:`dump`.  Raises ValueError for anything else."""
         try:
-            d = msgspec.msgpack.decode(blob)
+            d = msgspec.json.decode(blob)
             fold = cls()
             fold.run_started, fold.terminal = d["run_started"], d["terminal"]
             fold.state, fold.messages = d["state"], d["messages"]
@@ -719,7 +719,7 @@ def _deep(value: Any) -> Any:
     carry, such as integers beyond 64 bits)."""
     try:
         return msgspec.msgpack.decode(msgspec.msgpack.encode(value))
-    except (msgspec.EncodeError, OverflowError, TypeError):
+    except (msgspec.EncodeError, OverflowError, TypeError, ValueError):
         return copy.deepcopy(value)
 
 

@@ -9,8 +9,11 @@ feed at the same cursor share one computation.  Checkpoints also outlive retenti
 once a node has folded a run's start, trimming it does not lose what the prelude
 needs on that node.
 
-Bounds: at most ``max_feeds`` feeds (least recently used dropped) and
-``MAX_CHECKPOINTS`` checkpoints per feed (thinned to every other one when full).
+Checkpoints are kept as dumped bytes (:meth:`RunFold.dump`).  Bounds: at most
+``max_feeds`` feeds and ``max_bytes`` of checkpoints (least recently used feeds dropped
+first), ``MAX_CHECKPOINTS`` checkpoints per feed (thinned to every other one when full);
+encoded preludes are cached for repeated joins at the same cursor within a quarter of
+``max_bytes``.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import bisect
 import contextlib
 from collections import OrderedDict
 
-from gateway.agui.events import decode
+from gateway.agui.events import decode, encode
 from gateway.agui.fold import RunFold
 from gateway.cursor import Cursor
 from gateway.errors import GatewayError
@@ -37,45 +40,68 @@ PERSIST_MARGIN = 3 * BLOCK
 
 
 class _Checkpoints:
-    __slots__ = ("epoch", "folds", "offsets")
+    """One feed's fold checkpoints, as dumped bytes (compact; loaded when used)."""
+
+    __slots__ = ("blobs", "epoch", "offsets", "size")
 
     def __init__(self, epoch: int) -> None:
         self.epoch = epoch
         self.offsets: list[int] = []
-        self.folds: list[RunFold] = []
+        self.blobs: list[bytes] = []
+        self.size = 0
 
-    def before(self, offset: int) -> tuple[int, RunFold] | None:
-        """The checkpoint at or below ``offset`` closest to it (not copied)."""
+    def before(self, offset: int) -> tuple[int, bytes] | None:
+        """The checkpoint at or below ``offset`` closest to it."""
         at = bisect.bisect_right(self.offsets, offset) - 1
         if at < 0:
             return None
-        return self.offsets[at], self.folds[at]
+        return self.offsets[at], self.blobs[at]
 
-    def add(self, offset: int, fold: RunFold) -> None:
+    def add(self, offset: int, blob: bytes) -> None:
         at = bisect.bisect_left(self.offsets, offset)
         if at < len(self.offsets) and self.offsets[at] == offset:
             return
         self.offsets.insert(at, offset)
-        self.folds.insert(at, fold)
+        self.blobs.insert(at, blob)
+        self.size += len(blob)
         if len(self.offsets) > MAX_CHECKPOINTS:
-            # Keep every other one, and always the newest.
-            keep = [*range(0, len(self.offsets) - 1, 2), len(self.offsets) - 1]
-            self.offsets = [self.offsets[i] for i in keep]
-            self.folds = [self.folds[i] for i in keep]
+            self.thin()
+
+    def thin(self) -> None:
+        """Keep every other checkpoint, and always the newest."""
+        keep = [*range(0, len(self.offsets) - 1, 2), len(self.offsets) - 1]
+        self.offsets = [self.offsets[i] for i in keep]
+        self.blobs = [self.blobs[i] for i in keep]
+        self.size = sum(len(b) for b in self.blobs)
+
+
+Prelude = tuple[list[bytes], bool]
 
 
 class Folds:
     """Run folds at cursors, with per-feed checkpoints (see the module docstring)."""
 
     def __init__(
-        self, feed_log: FeedLog, *, page: int = 500, interval: int = 1000, max_feeds: int = 256
+        self,
+        feed_log: FeedLog,
+        *,
+        page: int = 500,
+        interval: int = 1000,
+        max_feeds: int = 256,
+        max_bytes: int = 128 * 1024 * 1024,
     ) -> None:
         self.log = feed_log
         self.page = page
         self.interval = interval
         self.max_feeds = max_feeds
+        #: Bound on the checkpoints' bytes on this node, and on cached preludes.
+        self.max_bytes = max_bytes
         self._feeds: OrderedDict[FeedKey, _Checkpoints] = OrderedDict()
         self._flight: SingleFlight[RunFold] = SingleFlight()
+        self._prelude_flight: SingleFlight[Prelude] = SingleFlight()
+        #: Encoded preludes recently served, by feed and cursor (LRU, bounded in bytes).
+        self._preludes: OrderedDict[tuple[FeedKey, Cursor], Prelude] = OrderedDict()
+        self._prelude_bytes = 0
         #: Items folded from the log (for tests and the benchmark).
         self.items_folded = 0
         #: The checkpoint :meth:`persist` last kept, per feed.
@@ -84,30 +110,71 @@ class Folds:
     async def at(self, feed: FeedKey, cursor: Cursor) -> RunFold:
         """The run folded over items ``1..cursor.offset`` of ``cursor.epoch``.
 
-        Returns a fold the caller owns (it may apply more events to it).  Items the log
-        no longer retains and no checkpoint covers are missing from the fold.  Raises
-        Unavailable when the log cannot be read.
+        Concurrent callers for the same cursor share the result: read it, never change
+        it (``copy()`` first to fold on).  Items the log no longer retains and no
+        checkpoint covers are missing from the fold.  Raises Unavailable when the log
+        cannot be read.
         """
-        fold = await self._flight.do((feed, cursor), lambda: self._compute(feed, cursor))
-        return fold.copy()
+        return await self._flight.do((feed, cursor), lambda: self._compute(feed, cursor))
+
+    async def prelude(self, feed: FeedKey, cursor: Cursor) -> Prelude:
+        """The D7 prelude at ``cursor``, each event as compact JSON, and whether the
+        run had ended there.  Shared by every join at the same cursor (encoded once)."""
+        key = (feed, cursor)
+        cached = self._preludes.get(key)
+        if cached is not None:
+            self._preludes.move_to_end(key)
+            return cached
+        return await self._prelude_flight.do(key, lambda: self._encode_prelude(feed, cursor))
+
+    async def _encode_prelude(self, feed: FeedKey, cursor: Cursor) -> Prelude:
+        thread_id, run_id = feed.id.split("/", 1)
+        fold = await self.at(feed, cursor)
+        prelude = ([encode(e) for e in fold.prelude(thread_id, run_id)], fold.terminal is not None)
+        size = sum(len(e) for e in prelude[0])
+        if size <= self.max_bytes // 4:
+            self._preludes[(feed, cursor)] = prelude
+            self._prelude_bytes += size
+            while self._prelude_bytes > self.max_bytes // 4 or len(self._preludes) > 64:
+                _, (old, _) = self._preludes.popitem(last=False)
+                self._prelude_bytes -= sum(len(e) for e in old)
+        return prelude
+
+    def _points(self, feed: FeedKey, epoch: int) -> _Checkpoints:
+        points = self._feeds.get(feed)
+        if points is not None and points.epoch == epoch:
+            self._feeds.move_to_end(feed)
+            return points
+        if points is not None and points.epoch > epoch:
+            return _Checkpoints(epoch)  # an older epoch than the node knows: not kept
+        points = self._feeds[feed] = _Checkpoints(epoch)
+        while len(self._feeds) > self.max_feeds:
+            self._feeds.popitem(last=False)
+        return points
+
+    def _bound(self, current: _Checkpoints) -> None:
+        """Keep the checkpoints within ``max_bytes``: least recently used feeds first."""
+        total = sum(p.size for p in self._feeds.values())
+        while total > self.max_bytes and len(self._feeds) > 1:
+            feed, points = next(iter(self._feeds.items()))
+            if points is current:
+                break
+            del self._feeds[feed]
+            total -= points.size
+        while total > self.max_bytes and len(current.offsets) > 1:
+            before = current.size
+            current.thin()
+            total -= before - current.size
+            if current.size == before:
+                break
 
     async def _compute(self, feed: FeedKey, cursor: Cursor) -> RunFold:
-        points = self._feeds.get(feed)
-        if points is None or points.epoch != cursor.epoch:
-            if points is not None and points.epoch > cursor.epoch:
-                # An older epoch than the node knows: fold it without caching.
-                points = _Checkpoints(cursor.epoch)
-            else:
-                points = self._feeds[feed] = _Checkpoints(cursor.epoch)
-                while len(self._feeds) > self.max_feeds:
-                    self._feeds.popitem(last=False)
-        else:
-            self._feeds.move_to_end(feed)
+        points = self._points(feed, cursor.epoch)
         start = points.before(cursor.offset)
-        if start is None:
-            offset, fold = 0, RunFold()
-        else:
-            offset, fold = start[0], start[1].copy()
+        offset, fold = 0, RunFold()
+        if start is not None:
+            with contextlib.suppress(ValueError):
+                offset, fold = start[0], RunFold.load(start[1])
         while offset < cursor.offset:
             limit = min(self.page, cursor.offset - offset)
             items = await self.log.read(feed, Cursor(cursor.epoch, offset), limit)
@@ -132,11 +199,12 @@ class Folds:
                 offset = item.offset
                 self.items_folded += 1
                 if offset % self.interval == 0:
-                    points.add(offset, fold.copy())
+                    points.add(offset, fold.dump())
             else:
                 continue
             break
-        points.add(cursor.offset, fold.copy())
+        points.add(cursor.offset, fold.dump())
+        self._bound(points)
         return fold
 
     async def persist(self, feed: FeedKey, state: FeedState, retention: int) -> None:

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from gateway.agui.events import encode
 from gateway.agui.folds import Folds
 from gateway.auth import Principal
 from gateway.cursor import Cursor, parse_cursor
@@ -61,10 +60,8 @@ async def prelude(folds: Folds, sub: Subscription) -> tuple[bytes, bool]:
     Returns the bytes and whether the run had already ended at the subscription's
     position (the prelude then closes with the terminal event and the stream ends).
     """
-    thread_id, run_id = sub.feed.id.split("/", 1)
-    fold = await folds.at(sub.feed, sub.position)
-    events = fold.prelude(thread_id, run_id)
-    return b"".join(sse.message(encode(event)) for event in events), fold.terminal is not None
+    events, ended = await folds.prelude(sub.feed, sub.position)
+    return b"".join(sse.message(event) for event in events), ended
 
 
 class RunRoutes:

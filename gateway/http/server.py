@@ -40,9 +40,7 @@ REQUEST_HEAD_SECONDS = 30.0
 class Request:
     __slots__ = ("body", "headers", "http11", "method", "path", "query", "raw_target")
 
-    def __init__(
-        self, method: str, target: bytes, headers: dict[str, str], http11: bool
-    ) -> None:
+    def __init__(self, method: str, target: bytes, headers: dict[str, str], http11: bool) -> None:
         self.method = method
         self.raw_target = target
         parts = urlsplit(target.decode("latin-1"))
@@ -123,7 +121,6 @@ class Stream:
     def transport(self) -> asyncio.Transport | None:
         """The connection's transport (None once the connection is lost)."""
         return self._conn.transport
-
 
     def abort(self) -> None:
         """Drop the connection at once (a dead or hostile peer)."""
@@ -405,9 +402,7 @@ class HttpConnection(asyncio.Protocol):
         out += self._h11.send(h11.EndOfMessage())
         self.transport.write(out)
 
-    def start_stream(
-        self, status: int, headers: list[tuple[bytes, bytes]], http11: bool
-    ) -> Stream:
+    def start_stream(self, status: int, headers: list[tuple[bytes, bytes]], http11: bool) -> Stream:
         self._streaming = True
         if self.transport is None:
             raise anyio.BrokenResourceError
@@ -450,11 +445,20 @@ class HttpConnection(asyncio.Protocol):
 
 
 _REASONS = {
-    200: b"OK", 204: b"No Content", 400: b"Bad Request", 401: b"Unauthorized", 403: b"Forbidden",
-    404: b"Not Found", 405: b"Method Not Allowed", 409: b"Conflict", 413: b"Content Too Large",
-    415: b"Unsupported Media Type", 429: b"Too Many Requests",
+    200: b"OK",
+    204: b"No Content",
+    400: b"Bad Request",
+    401: b"Unauthorized",
+    403: b"Forbidden",
+    404: b"Not Found",
+    405: b"Method Not Allowed",
+    409: b"Conflict",
+    413: b"Content Too Large",
+    415: b"Unsupported Media Type",
+    429: b"Too Many Requests",
     431: b"Request Header Fields Too Large",
-    500: b"Internal Server Error", 503: b"Service Unavailable",
+    500: b"Internal Server Error",
+    503: b"Service Unavailable",
 }
 
 

@@ -26,7 +26,6 @@ from websockets.protocol import State
 from websockets.server import ServerProtocol
 from websockets.typing import Subprotocol
 
-from gateway.agui.events import encode
 from gateway.agui.folds import Folds
 from gateway.auth import Authenticator, Principal, bearer_token
 from gateway.config import Settings
@@ -314,16 +313,12 @@ class Session:
     async def _prelude(self, name: str, sub: Subscription) -> None:
         """A run joined past its start: the D7 prelude, each frame carrying the cursor
         of the point it was joined at."""
-        thread_id, run_id = sub.feed.id.split("/", 1)
         try:
-            fold = await self.folds.at(sub.feed, sub.position)
+            events, _ = await self.folds.prelude(sub.feed, sub.position)
         except GatewayError as exc:
             self._send(ws.error(str(exc.code), exc.message, name))
             raise
-        frames = b"".join(
-            ws.frame(ws.event_payload(name, sub.position, encode(event)))
-            for event in fold.prelude(thread_id, run_id)
-        )
+        frames = b"".join(ws.frame(ws.event_payload(name, sub.position, event)) for event in events)
         await self._write_or_give_up(frames)
 
     async def _drive_task(self, entry: _Entry) -> None:
@@ -637,9 +632,7 @@ class WebSocketRoute:
                     log.info("connection closed", reason=reason, code=code)
 
 
-def _select_gateway_v1(
-    protocol: ServerProtocol, offered: object
-) -> Subprotocol | None:
+def _select_gateway_v1(protocol: ServerProtocol, offered: object) -> Subprotocol | None:
     return Subprotocol(ws.SUBPROTOCOL) if ws.SUBPROTOCOL in offered else None  # type: ignore[operator]
 
 

@@ -210,3 +210,9 @@ def test_a_dumped_fold_loads_into_the_same_fold_and_prelude() -> None:
     assert RunFold.load(chunks.dump()).prelude(THREAD, RUN) == chunks.prelude(THREAD, RUN)
     with pytest.raises(ValueError, match="not a dumped run fold"):
         RunFold.load(b"\x01garbage")
+
+
+def test_dump_keeps_integers_beyond_64_bits() -> None:
+    fold = fold_of([{"type": "STATE_SNAPSHOT", "snapshot": {"big": 2**70, "f": 0.1}}])
+    assert RunFold.load(fold.dump()).state == {"big": 2**70, "f": 0.1}
+    assert fold.copy().state == {"big": 2**70, "f": 0.1}
