@@ -140,6 +140,10 @@ class Stack:
             "GATEWAY_PORT": str(self.gw_port),
             "GATEWAY_LOG_FORMAT": "json",
             "GATEWAY_LOG_LEVEL": "warning",
+            # One tenant holds every subscriber here: lift the per-node and per-tenant
+            # connection limits (defaults 10,000 and 1,000) above the scenarios' counts.
+            "GATEWAY_MAX_CONNECTIONS": "100000",
+            "GATEWAY_MAX_TENANT_CONNECTIONS": "100000",
         }
         log = open(self.workdir / "gateway.log", "wb")  # noqa: SIM115 - lives with the process
         gateway = subprocess.Popen(
