@@ -325,3 +325,18 @@ async def test_websocket_threads_claim_is_checked_on_subscribe_and_on_refresh(
             await ws.send(json.dumps({"type": "subscribe", "feed": name}))
             error = json.loads(await ws.recv())
             assert (error["type"], error["code"]) == ("error", "not_found")
+
+
+async def test_an_older_epoch_gets_the_custom_epoch_restarted_event_then_the_end(
+    client: httpx.AsyncClient,
+) -> None:
+    cursors = await publish(client, NESTED[:4])
+    epoch = cursors[0].split(":")[0]
+    got = await read_all(client, headers={"Last-Event-ID": "1:3"})
+    assert len(got) == 1
+    assert json.loads(got[0].data) == {
+        "type": "CUSTOM",
+        "name": "gateway.epoch_restarted",
+        "value": {"cursor": f"{epoch}:0"},
+    }
+    assert got[0].id == f"{epoch}:0"
