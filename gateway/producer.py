@@ -84,12 +84,16 @@ class Publisher:
         admit: Callable[[int], None] | None = None,
     ) -> list[Cursor]:
         """:meth:`publish_team` for a body still in JSON text (HTTP, the inbox)."""
+        body = self._decoded(raw, path)
+        return await self.publish_team(tenant, team, body, path=path, admit=admit)
+
+    def _decoded(self, raw: bytes, path: str) -> object:
+        """The body's JSON; a body that is not JSON is counted as rejected and raised."""
         try:
-            body = decode_body(raw)
+            return decode_body(raw)
         except InvalidRequest as exc:
             self.reject(exc, path)
             raise
-        return await self.publish_team(tenant, team, body, path=path, admit=admit)
 
     def reject(self, exc: Exception, path: str) -> None:
         """Count a rejected publish (every entry path, every reason)."""
@@ -146,11 +150,7 @@ class Publisher:
         admit: Callable[[int], None] | None = None,
     ) -> list[Cursor]:
         """:meth:`publish_run` for a body still in JSON text (HTTP, the inbox)."""
-        try:
-            body = decode_body(raw)
-        except InvalidRequest as exc:
-            self.reject(exc, path)
-            raise
+        body = self._decoded(raw, path)
         return await self.publish_run(
             tenant,
             thread_id,
@@ -244,11 +244,7 @@ class Publisher:
         admit: Callable[[int], None] | None = None,
     ) -> list[Cursor | None]:
         """:meth:`publish_run_stream` for a body still in JSON text."""
-        try:
-            body = decode_body(raw)
-        except InvalidRequest as exc:
-            self.reject(exc, path)
-            raise
+        body = self._decoded(raw, path)
         return await self.publish_run_stream(
             tenant, thread_id, run_id, body, path=path, admit=admit
         )

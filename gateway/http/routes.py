@@ -320,24 +320,35 @@ class Routes:
     # -- POST /v1/teams/{team}/events ------------------------------------------------
 
     async def publish_team(self, request: Request, responder: Responder, team: str) -> None:
+        principal, admit = self.start_publish(request, lambda p: self._team_key(p, team))
+        cursors = await self.publisher.publish_team_json(
+            principal.tenant, team, request.body, path="http", admit=admit
+        )
+        responder.send(200, msgspec.json.encode({"cursors": [str(c) for c in cursors]}))
+
+    def start_publish(
+        self, request: Request, may_publish: Callable[[Principal], object]
+    ) -> tuple[Principal, Callable[[int], None]]:
+        """The checks every HTTP publish route makes, in order: a token with the
+        ``publish`` scope (403), ``may_publish`` (raises NotFound for a feed outside the
+        token's claims), a JSON body (415, counted).  Returns the principal and the
+        ``admit`` callback that applies the tenant's publish rate to the item count.
+        """
         principal = self.principal(request)
         if "publish" not in principal.scopes:
             raise Forbidden("token lacks the publish scope")
-        feed = self._team_key(principal, team)
+        may_publish(principal)
         try:
             require_json(request)
         except UnsupportedMediaType as exc:
             self.publisher.reject(exc, "http")
             raise
-        tenant = feed.tenant
+        tenant = principal.tenant
 
         def admit(items: int) -> None:
             self.publish_rate.take(tenant, items)
 
-        cursors = await self.publisher.publish_team_json(
-            tenant, feed.id, request.body, path="http", admit=admit
-        )
-        responder.send(200, msgspec.json.encode({"cursors": [str(c) for c in cursors]}))
+        return principal, admit
 
 
 def require_json(request: Request) -> None:

@@ -22,7 +22,7 @@ import msgspec
 from gateway.agui.folds import Folds
 from gateway.auth import Principal
 from gateway.cursor import Cursor, parse_cursor
-from gateway.errors import Forbidden, InvalidRequest, MethodNotAllowed, NotFound
+from gateway.errors import InvalidRequest, MethodNotAllowed, NotFound
 from gateway.fanout.subscriber import Format, Subscription, SubState
 from gateway.feed import FeedKey, is_run_part, run_events_feed, run_feed
 from gateway.http.server import Request, Responder
@@ -209,26 +209,11 @@ class RunRoutes:
     async def publish_stream(
         self, request: Request, responder: Responder, thread_id: str, run_id: str
     ) -> None:
-        routes = self.routes
-        principal = routes.principal(request)
-        if "publish" not in principal.scopes:
-            raise Forbidden("token lacks the publish scope")
-        # A thread outside the token's claim answers like a missing run.
-        self.run_key(principal, thread_id, run_id)
-        from gateway.http.routes import require_json
-
-        try:
-            require_json(request)
-        except Exception as exc:
-            routes.publisher.reject(exc, "http")
-            raise
-        tenant = principal.tenant
-
-        def admit(items: int) -> None:
-            routes.publish_rate.take(tenant, items)
-
-        cursors = await routes.publisher.publish_run_stream_json(
-            tenant, thread_id, run_id, request.body, path="http", admit=admit
+        principal, admit = self.routes.start_publish(
+            request, lambda p: self.run_key(p, thread_id, run_id)
+        )
+        cursors = await self.routes.publisher.publish_run_stream_json(
+            principal.tenant, thread_id, run_id, request.body, path="http", admit=admit
         )
         answer = [None if c is None else str(c) for c in cursors]
         responder.send(200, msgspec.json.encode({"cursors": answer}))
@@ -239,23 +224,10 @@ class RunRoutes:
         self, request: Request, responder: Responder, thread_id: str, run_id: str
     ) -> None:
         routes = self.routes
-        principal = routes.principal(request)
-        if "publish" not in principal.scopes:
-            raise Forbidden("token lacks the publish scope")
-        # A thread outside the token's claim answers like a missing run.
-        self.run_key(principal, thread_id, run_id)
-        from gateway.http.routes import require_json
-
-        try:
-            require_json(request)
-        except Exception as exc:
-            routes.publisher.reject(exc, "http")
-            raise
+        principal, admit = routes.start_publish(
+            request, lambda p: self.run_key(p, thread_id, run_id)
+        )
         tenant = principal.tenant
-
-        def admit(items: int) -> None:
-            routes.publish_rate.take(tenant, items)
-
         cursors = await routes.publisher.publish_run_json(
             tenant,
             thread_id,
