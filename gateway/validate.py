@@ -43,6 +43,8 @@ from gateway.errors import InvalidRequest
 __all__ = [
     "MAX_BATCH_ITEMS",
     "TeamPublishItem",
+    "fast_component_validator",
+    "seed_schemas",
     "validate_component",
     "validate_event",
     "validate_source",
@@ -370,6 +372,25 @@ def validate_event(event: object) -> None:
     if _fast_event_validator(type_name).is_valid(event):
         return
     _check(_event_validator(type_name), event, "event")
+
+
+def seed_schemas() -> Mapping[str, Any]:
+    """The seed's ``components.schemas`` (parsed once, shared; do not change it)."""
+    schemas: Mapping[str, Any] = _document()["components"]["schemas"]
+    return schemas
+
+
+@functools.cache
+def fast_component_validator(name: str) -> jsonschema_rs.Validator:
+    """A jsonschema-rs validator of the seed component ``name``, its refs resolved
+    through the whole document (the AG-UI 1.0 components refer to each other)."""
+    return jsonschema_rs.validator_for(
+        {
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "$ref": f"{_SCHEMA_URI}#/components/schemas/{name}",
+        },
+        registry=_rs_registry(),
+    )
 
 
 @functools.cache

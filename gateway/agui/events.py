@@ -13,15 +13,13 @@ value and the bytes are what every client receives in its ``data:`` line.
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Callable, Mapping
-from importlib import resources
 from typing import Any
 
 import msgspec
 
 from gateway.errors import InvalidRequest
-from gateway.validate import MAX_BATCH_ITEMS
+from gateway.validate import MAX_BATCH_ITEMS, fast_component_validator, seed_schemas
 
 Event = dict[str, Any]
 
@@ -167,30 +165,14 @@ def check_body(body: object, *, thread_id: str, run_id: str, strict: bool = Fals
 @functools.cache
 def _strict_validators() -> tuple[Any, dict[str, Any]]:
     """The ag-ui-1 validator, and one per event type (for errors that name a field)."""
-    import jsonschema_rs
-
-    text = resources.files("gateway.schemas").joinpath("threads-host-api.openapi.json")
-    components = json.loads(text.read_text("utf-8"))["components"]
-    schemas = components["schemas"]
-
-    def validator(ref: str) -> Any:
-        # The ag-ui-1 components refer to each other as #/components/schemas/...:
-        # validate against the document itself with the entry point as a $ref.
-        return jsonschema_rs.validator_for(
-            {
-                "$schema": "https://json-schema.org/draft/2020-12/schema",
-                "components": components,
-                "$ref": ref,
-            }
-        )
-
+    schemas = seed_schemas()
     by_type: dict[str, Any] = {}
     for member in schemas["ag-ui-1_Event"]["oneOf"]:
-        ref = member["$ref"]
-        const = schemas[ref.rsplit("/", 1)[1]].get("properties", {}).get("type", {}).get("const")
+        name = member["$ref"].rsplit("/", 1)[1]
+        const = schemas[name].get("properties", {}).get("type", {}).get("const")
         if isinstance(const, str):
-            by_type[const] = validator(ref)
-    return validator("#/components/schemas/ag-ui-1"), by_type
+            by_type[const] = fast_component_validator(name)
+    return fast_component_validator("ag-ui-1"), by_type
 
 
 def strict_check(event: Event, where: str) -> None:

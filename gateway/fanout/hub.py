@@ -22,7 +22,14 @@ import structlog
 from gateway.cursor import Cursor
 from gateway.errors import InvalidCursor, NotFound, Unavailable
 from gateway.fanout.flight import SingleFlight
-from gateway.fanout.subscriber import Chunk, Format, NodeBudget, Subscription, SubState
+from gateway.fanout.subscriber import (
+    Chunk,
+    Format,
+    NodeBudget,
+    Subscription,
+    SubState,
+    end_index,
+)
 from gateway.feed import FeedKey, FeedKind, FeedState, StoredItem
 from gateway.log.base import Batch, FeedLog
 from gateway.metrics import Metrics
@@ -268,12 +275,9 @@ class Hub:
                 sub.restarted(Cursor(first.epoch, first.offset - 1))
                 self.metrics.epoch_restarts.inc()
                 return
-            ended = False
-            if sub.fmt.ends is not None:
-                for index, item in enumerate(items):
-                    if sub.fmt.ends(item):
-                        items, ended = items[: index + 1], True
-                        break
+            end = end_index(items, sub.fmt.ends)
+            if end is not None:
+                items = items[: end + 1]  # the stream ends with this item
             page = b"".join(sub.fmt.frame(feed, item) for item in items)
             await write(page)
             sub.position = items[-1].cursor
@@ -284,7 +288,7 @@ class Hub:
             sent = self.metrics.sent(sub.fmt.transport)
             sent.frames += len(items)
             sent.bytes += len(page)
-            if ended:
+            if end is not None:
                 sub.state = SubState.ENDED
                 return
             if self.hooks.after_history_page is not None:
@@ -421,9 +425,7 @@ class Hub:
                 self._dispatch(channel, Batch(items[done:before], appended=batch.appended))
                 done = before
             self._send_transient(channel, data)
-        self._dispatch(
-            channel, Batch(items[done:], reset=batch.reset, appended=batch.appended)
-        )
+        self._dispatch(channel, Batch(items[done:], reset=batch.reset, appended=batch.appended))
 
     def _send_transient(self, channel: Channel, data: bytes) -> None:
         """A transient message to every live subscription whose format carries them.

@@ -118,6 +118,15 @@ class Outbox:
         self._budget._holding.discard(self)
 
 
+def end_index(items: Sequence[StoredItem], ends: Callable[[StoredItem], bool] | None) -> int | None:
+    """The index of the first item after which a format's stream ends, if any."""
+    if ends is not None:
+        for index, item in enumerate(items):
+            if ends(item):
+                return index
+    return None
+
+
 class Chunk:
     """Consecutive items of one feed encoded in one format, shared by every subscriber."""
 
@@ -136,12 +145,7 @@ class Chunk:
         self.first = items[0].offset
         self.last = items[-1].cursor
         #: Index of the first item that ends the stream (the format's ``ends``), if any.
-        self.end: int | None = None
-        if ends is not None:
-            for index, item in enumerate(items):
-                if ends(item):
-                    self.end = index
-                    break
+        self.end = end_index(items, ends)
 
 
 #: The slow-consumer policy: a connection whose subscriptions overflow more than
@@ -242,56 +246,43 @@ class Subscription:
         """Write the frames of the chunk's items after :attr:`position` at once.
 
         Returns False, writing nothing, when the outbox refuses; the caller must then
-        take the subscription off the live path (:meth:`overflow`).
+        take the subscription off the live path (:meth:`overflow`).  A chunk holding an
+        item that ends the stream (``Chunk.end``) is written up to that item, and the
+        subscription is then ``ENDED``.
         """
         pos = self.position
-        if chunk.end is not None:
-            return self._offer_to_end(chunk)
-        if chunk.epoch == pos.epoch and chunk.first == pos.offset + 1:
-            data = chunk.joined  # the common case: exactly the next items, shared bytes
-        elif chunk.epoch == pos.epoch and chunk.first > pos.offset + 1:
-            return False  # a gap: off the live path (see below)
-        else:
-            items = chunk.items
-            start = 0
-            n = len(items)
-            while start < n and (
-                items[start].epoch != pos.epoch or items[start].offset <= pos.offset
-            ):
-                start += 1
-            if start == n:
-                return True
-            if items[start].epoch != pos.epoch or items[start].offset != pos.offset + 1:
-                # The batch does not continue this subscription (the reader's position
-                # was trimmed away): take it off the live path; its catch-up finds out.
+        if chunk.end is None and chunk.epoch == pos.epoch and chunk.first == pos.offset + 1:
+            # The common case: exactly the next items, the shared bytes as they are.
+            outbox = self.outbox
+            if outbox is None or not outbox.try_write(chunk.joined):
                 return False
-            data = b"".join(chunk.frames[start:])
+            self.position = chunk.last
+            return True
+        return self._offer_part(chunk)
+
+    def _offer_part(self, chunk: Chunk) -> bool:
+        """:meth:`offer` for a chunk that starts before the position, skips past it,
+        or ends the stream."""
+        pos = self.position
+        items = chunk.items
+        n = len(items)
+        start = 0
+        while start < n and (items[start].epoch != pos.epoch or items[start].offset <= pos.offset):
+            start += 1
+        if start == n:
+            return True
+        if items[start].epoch != pos.epoch or items[start].offset != pos.offset + 1:
+            # A gap, or the batch does not continue this subscription (the reader's
+            # position was trimmed away): off the live path; its catch-up finds out.
+            return False
+        end = chunk.end
+        stop = end + 1 if end is not None and end >= start else n
+        data = chunk.joined if start == 0 and stop == n else b"".join(chunk.frames[start:stop])
         outbox = self.outbox
         if outbox is None or not outbox.try_write(data):
             return False
-        self.position = chunk.last
-        return True
-
-    def _offer_to_end(self, chunk: Chunk) -> bool:
-        """:meth:`offer` for a chunk holding an item that ends the stream."""
-        assert chunk.end is not None
-        pos = self.position
-        items = chunk.items
-        start = 0
-        while start < len(items) and (
-            items[start].epoch != pos.epoch or items[start].offset <= pos.offset
-        ):
-            start += 1
-        if start == len(items):
-            return True
-        if items[start].epoch != pos.epoch or items[start].offset != pos.offset + 1:
-            return False
-        stop = chunk.end + 1 if chunk.end >= start else len(items)
-        outbox = self.outbox
-        if outbox is None or not outbox.try_write(b"".join(chunk.frames[start:stop])):
-            return False
         self.position = items[stop - 1].cursor
-        if stop <= chunk.end + 1 and chunk.end >= start:
+        if end is not None and start <= end < stop:
             self.state = SubState.ENDED
             self._signal()
         return True

@@ -19,7 +19,6 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gateway.auth import Authenticator, Principal, bearer_token
 from gateway.config import Settings
-from gateway.cursor import parse_cursor
 from gateway.errors import (
     Forbidden,
     GatewayError,
@@ -30,7 +29,7 @@ from gateway.errors import (
 from gateway.fanout.hub import Hub
 from gateway.fanout.subscriber import Outbox, Overflows, Subscription, SubState
 from gateway.feed import FeedKey, is_team_id, team_feed
-from gateway.http.runs import RunRoutes
+from gateway.http.runs import RunRoutes, request_cursor
 from gateway.http.server import Request, Responder, Stream, connection_id
 from gateway.http.websocket import Session, WebSocketRoute
 from gateway.limits import ConnectionLimits, PublishRate
@@ -185,11 +184,7 @@ class Routes:
         principal = self.principal(request)
         principal.require_subscribe()
         feed = self._team_key(principal, team)
-        # Last-Event-ID wins over ?after= (seed rule 17).
-        raw = request.headers.get("last-event-id")
-        if raw is None:
-            raw = request.query_one("after")
-        cursor = parse_cursor(raw) if raw is not None else None
+        cursor = request_cursor(request)
         # Refused (429) before the stream starts; the lease is given back on every
         # exit path (client gone, errors, cancellation).
         with self.limits.acquire(principal.tenant):
@@ -339,7 +334,7 @@ class Routes:
             raise Forbidden("token lacks the publish scope")
         may_publish(principal)
         try:
-            require_json(request)
+            request.require_json()
         except UnsupportedMediaType as exc:
             self.publisher.reject(exc, "http")
             raise
@@ -351,11 +346,4 @@ class Routes:
         return principal, admit
 
 
-def require_json(request: Request) -> None:
-    ctype = request.headers.get("content-type", "")
-    media = ctype.split(";", 1)[0].strip().lower()
-    if media != "application/json":
-        raise UnsupportedMediaType("content-type must be application/json")
-
-
-__all__ = ["TEAM_SSE", "Routes", "require_json"]
+__all__ = ["TEAM_SSE", "Routes"]

@@ -48,9 +48,7 @@ class _AttachInput(msgspec.Struct):
 
 def request_cursor(request: Request) -> Cursor | None:
     """The resume cursor: ``Last-Event-ID`` wins over ``?after=`` (D2)."""
-    raw = request.headers.get("last-event-id")
-    if raw is None:
-        raw = request.query_one("after")
+    raw = request.resume_from("after")
     return parse_cursor(raw) if raw is not None else None
 
 
@@ -84,40 +82,32 @@ class RunRoutes:
 
     async def dispatch(self, request: Request, responder: Responder) -> bool:
         """Serve the request if it is a run route; False when it is not one."""
-        match = RUN_UI.match(request.path)
-        if match is not None:
+        for pattern, follow, publish in (
+            (RUN_UI, self.follow, self.publish),
+            (RUN_EVENTS, self.follow_stream, self.publish_stream),
+        ):
+            match = pattern.match(request.path)
+            if match is None:
+                continue
             thread_id, run_id = match.group(1), match.group(2)
             if request.method == "GET":
-                await self.follow(request, responder, thread_id, run_id)
+                await follow(request, responder, thread_id, run_id)
             elif request.method == "POST":
-                await self.publish(request, responder, thread_id, run_id)
+                await publish(request, responder, thread_id, run_id)
             elif request.method == "OPTIONS" and self.routes.cors_origins:
                 self.routes.preflight(request, responder)
             else:
                 raise MethodNotAllowed("use GET to follow or POST to publish", allow="GET, POST")
             return True
-        match = RUN_EVENTS.match(request.path)
-        if match is not None:
-            thread_id, run_id = match.group(1), match.group(2)
-            if request.method == "GET":
-                await self.follow_stream(request, responder, thread_id, run_id)
-            elif request.method == "POST":
-                await self.publish_stream(request, responder, thread_id, run_id)
-            elif request.method == "OPTIONS" and self.routes.cors_origins:
-                self.routes.preflight(request, responder)
-            else:
-                raise MethodNotAllowed("use GET to follow or POST to publish", allow="GET, POST")
-            return True
-        match = AGENT_UI.match(request.path)
-        if match is not None:
-            if request.method == "POST":
-                await self.attach(request, responder)
-            elif request.method == "OPTIONS" and self.routes.cors_origins:
-                self.routes.preflight(request, responder, methods=b"POST")
-            else:
-                raise MethodNotAllowed("use POST with a RunAgentInput", allow="POST")
-            return True
-        return False
+        if AGENT_UI.match(request.path) is None:
+            return False
+        if request.method == "POST":
+            await self.attach(request, responder)
+        elif request.method == "OPTIONS" and self.routes.cors_origins:
+            self.routes.preflight(request, responder, methods=b"POST")
+        else:
+            raise MethodNotAllowed("use POST with a RunAgentInput", allow="POST")
+        return True
 
     # -- following -----------------------------------------------------------------
 
@@ -133,9 +123,7 @@ class RunRoutes:
         """``POST /v1/ui/ag-ui/{agent}``: follow the run a RunAgentInput names."""
         principal = self.routes.principal(request)
         principal.require_subscribe()
-        from gateway.http.routes import require_json
-
-        require_json(request)
+        request.require_json()
         try:
             body = msgspec.json.decode(request.body, type=_AttachInput)
         except msgspec.ValidationError as exc:
@@ -182,9 +170,7 @@ class RunRoutes:
         principal.require_subscribe()
         self.run_key(principal, thread_id, run_id)  # the same 404 for what it may not read
         feed = run_events_feed(principal.tenant, thread_id, run_id)
-        raw = request.headers.get("last-event-id")
-        if raw is None:
-            raw = request.query_one("after_seq")
+        raw = request.resume_from("after_seq")
         after = parse_after_seq(raw.strip()) if raw is not None else 0
         cursor = await self._seq_cursor(feed, after)
         await self._serve(request, responder, principal, feed, cursor, RUN_STREAM_SSE)

@@ -22,7 +22,13 @@ import anyio.abc
 import h11
 import structlog
 
-from gateway.errors import GatewayError, InvalidRequest, TooLarge, error_body
+from gateway.errors import (
+    GatewayError,
+    InvalidRequest,
+    TooLarge,
+    UnsupportedMediaType,
+    error_body,
+)
 
 log = structlog.get_logger("gateway.http")
 
@@ -53,6 +59,18 @@ class Request:
     def query_one(self, name: str) -> str | None:
         values = self.query.get(name)
         return values[0] if values else None
+
+    def resume_from(self, query: str) -> str | None:
+        """Where a stream resumes: the ``Last-Event-ID`` header, which wins over the
+        ``query`` parameter when both are sent (seed rule 17, D2, D7b)."""
+        raw = self.headers.get("last-event-id")
+        return self.query_one(query) if raw is None else raw
+
+    def require_json(self) -> None:
+        """Raise UnsupportedMediaType unless the body is declared application/json."""
+        ctype = self.headers.get("content-type", "")
+        if ctype.split(";", 1)[0].strip().lower() != "application/json":
+            raise UnsupportedMediaType("content-type must be application/json")
 
 
 def connection_id() -> str:

@@ -131,7 +131,7 @@ class Session:
         stream: Stream,
         protocol: ServerProtocol,
         remote: str = "",
-        folds: Folds | None = None,
+        folds: Folds,
     ) -> None:
         #: This connection's id in the logs, and the client's address.
         self.conn_id = connection_id()
@@ -141,7 +141,7 @@ class Session:
         self.settings = settings
         self.metrics = metrics
         #: The node's run-fold cache (the D7 prelude of run feeds).
-        self.folds = folds or Folds(hub.log, page=settings.history_page)
+        self.folds = folds
         self.principal = principal
         self.stream = stream
         self.protocol = protocol
@@ -528,10 +528,10 @@ class WebSocketRoute:
         metrics: Metrics,
         sessions: set[Session],
         limits: ConnectionLimits,
-        folds: Folds | None = None,
+        folds: Folds,
     ) -> None:
         self.settings = settings
-        self.folds = folds or Folds(hub.log, page=settings.history_page)
+        self.folds = folds
         self.hub = hub
         self.auth = authenticator
         self.metrics = metrics
