@@ -24,12 +24,6 @@ async def node(node_redis: tuple[str | None, str]) -> AsyncIterator[Gateway]:
         yield n
 
 
-@pytest.fixture
-async def client(node: Gateway) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=node.url, timeout=10) as c:
-        yield c
-
-
 async def head(node: Gateway, team: str, tenant: str = "acme") -> int:
     state = await node.log.state(team_feed(tenant, team))
     return 0 if state is None else state.head

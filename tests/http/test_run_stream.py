@@ -7,7 +7,6 @@ connected and are never stored or replayed; the stream ends after the result mes
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -15,7 +14,6 @@ import httpx
 import pytest
 from httpx_sse import ServerSentEvent, aconnect_sse
 
-from gateway.app import Gateway
 from tests.support import events as ev
 from tests.support.node import auth, start_node
 
@@ -52,19 +50,6 @@ def delta(text: str) -> dict[str, Any]:
 
 
 STATUS = {"kind": "status", "status": "retry_wait", "until": 1_760_000_000_000}
-
-
-@pytest.fixture
-async def node(node_redis: tuple[str | None, str]) -> AsyncIterator[Gateway]:
-    url, prefix = node_redis
-    async with start_node(url, prefix) as n:
-        yield n
-
-
-@pytest.fixture
-async def client(node: Gateway) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=node.url, timeout=10) as c:
-        yield c
 
 
 async def publish(client: httpx.AsyncClient, body: Any) -> list[str | None]:

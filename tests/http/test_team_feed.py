@@ -6,7 +6,6 @@ Every test runs on the embedded log and on Redis (``log_kind``).
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -20,19 +19,6 @@ from tests.support import events as ev
 from tests.support.node import auth, metric, start_node
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-async def node(node_redis: tuple[str | None, str]) -> AsyncIterator[Gateway]:
-    url, prefix = node_redis
-    async with start_node(url, prefix, keepalive_seconds=0.2) as n:
-        yield n
-
-
-@pytest.fixture
-async def client(node: Gateway) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=node.url, timeout=10) as c:
-        yield c
 
 
 async def publish(
