@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 from types import TracebackType
+from typing import Self
 
 import anyio
 import anyio.abc
@@ -41,48 +42,28 @@ class _Pair:
         self.done = anyio.Event()
 
 
-class TcpProxy:
-    """Forward 127.0.0.1:<port> to <target_host>:<target_port>.  See the module docstring."""
+class Forwarder:
+    """What the proxy and :class:`tests.support.balancer.Balancer` share: a listener on a
+    free 127.0.0.1 port run in the caller's task group scope, and bounded forwarding of
+    one accepted connection to an upstream.  Subclasses implement :meth:`_handle`."""
 
-    def __init__(
-        self, target_port: int, *, target_host: str = "127.0.0.1", chunk: int = CHUNK_BYTES
-    ) -> None:
+    _name = "proxy"
+
+    def __init__(self, chunk: int) -> None:
         if chunk <= 0:
             raise ValueError("chunk must be positive")
-        self._target_host = target_host
-        self._target_port = target_port
         self._chunk = chunk
-        self._pairs: set[_Pair] = set()
         self._listener: anyio.abc.Listener[anyio.abc.SocketStream] | None = None
         self._tg: anyio.abc.TaskGroup | None = None
         self._port: int | None = None
-        #: Connections accepted so far (for assertions and debugging).
-        self.accepted = 0
-
-    # -- properties --------------------------------------------------------
 
     @property
     def port(self) -> int:
         if self._port is None:
-            raise RuntimeError("the proxy is not running")
+            raise RuntimeError(f"the {self._name} is not running")
         return self._port
 
-    @property
-    def url(self) -> str:
-        """A Redis URL that reaches the current target through the proxy."""
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    @property
-    def target_port(self) -> int:
-        return self._target_port
-
-    @property
-    def open_pairs(self) -> int:
-        return len(self._pairs)
-
-    # -- lifecycle ---------------------------------------------------------
-
-    async def __aenter__(self) -> TcpProxy:
+    async def __aenter__(self) -> Self:
         listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
         self._port = int(listener.extra(anyio.abc.SocketAttribute.local_port))
         self._listener = listener
@@ -111,6 +92,69 @@ class TcpProxy:
             with contextlib.suppress(*_GONE):
                 await listener.aclose()
 
+    async def _accept_loop(
+        self, listener: anyio.abc.Listener[anyio.abc.SocketStream], tg: anyio.abc.TaskGroup
+    ) -> None:
+        with contextlib.suppress(anyio.ClosedResourceError):
+            await listener.serve(self._handle, task_group=tg)
+
+    async def _handle(self, client: anyio.abc.SocketStream) -> None:
+        raise NotImplementedError
+
+    async def _forward(
+        self, client: anyio.abc.SocketStream, upstream: anyio.abc.SocketStream
+    ) -> None:
+        """Forward both ways until either side closes or fails; then both are closed."""
+        async with upstream, anyio.create_task_group() as tg:
+            tg.start_soon(self._pump, client, upstream, tg.cancel_scope)
+            tg.start_soon(self._pump, upstream, client, tg.cancel_scope)
+
+    async def _pump(
+        self,
+        source: anyio.abc.SocketStream,
+        sink: anyio.abc.SocketStream,
+        pair_scope: anyio.CancelScope,
+    ) -> None:
+        try:
+            while True:
+                data = await source.receive(self._chunk)
+                await sink.send(data)  # returns once the data is handed to the kernel
+        except _GONE:
+            pass
+        finally:
+            pair_scope.cancel()  # one side is gone: close the pair
+
+
+class TcpProxy(Forwarder):
+    """Forward 127.0.0.1:<port> to <target_host>:<target_port>.  See the module docstring."""
+
+    def __init__(
+        self, target_port: int, *, target_host: str = "127.0.0.1", chunk: int = CHUNK_BYTES
+    ) -> None:
+        super().__init__(chunk)
+        self._target_host = target_host
+        self._target_port = target_port
+        self._pairs: set[_Pair] = set()
+        #: Connections accepted so far (for assertions and debugging).
+        self.accepted = 0
+
+    # -- properties --------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        """A Redis URL that reaches the current target through the proxy."""
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    @property
+    def target_port(self) -> int:
+        return self._target_port
+
+    @property
+    def open_pairs(self) -> int:
+        return len(self._pairs)
+
+    # -- lifecycle ---------------------------------------------------------
+
     async def retarget(self, port: int, *, host: str | None = None) -> None:
         """Forward new connections to ``port``; close every open pair and wait for that."""
         self._target_port = port
@@ -129,12 +173,6 @@ class TcpProxy:
 
     # -- forwarding --------------------------------------------------------
 
-    async def _accept_loop(
-        self, listener: anyio.abc.Listener[anyio.abc.SocketStream], tg: anyio.abc.TaskGroup
-    ) -> None:
-        with contextlib.suppress(anyio.ClosedResourceError):
-            await listener.serve(self._handle, task_group=tg)
-
     async def _handle(self, client: anyio.abc.SocketStream) -> None:
         # Register before the first await, so a retarget() that runs after this handler
         # started (and may have read the old target) always closes it.
@@ -147,32 +185,15 @@ class TcpProxy:
                     upstream = await anyio.connect_tcp(self._target_host, self._target_port)
                 except OSError:
                     return  # target down: the client sees its connection closed
-                async with upstream, anyio.create_task_group() as tg:
-                    tg.start_soon(self._pump, client, upstream, tg.cancel_scope)
-                    tg.start_soon(self._pump, upstream, client, tg.cancel_scope)
+                await self._forward(client, upstream)
         finally:
             self._pairs.discard(pair)
             await anyio.aclose_forcefully(client)
             pair.done.set()
-
-    async def _pump(
-        self,
-        source: anyio.abc.SocketStream,
-        sink: anyio.abc.SocketStream,
-        pair_scope: anyio.CancelScope,
-    ) -> None:
-        try:
-            while True:
-                data = await source.receive(self._chunk)
-                await sink.send(data)  # returns once the data is handed to the kernel
-        except _GONE:
-            pass
-        finally:
-            pair_scope.cancel()  # one side is gone: close the pair
 
     def __repr__(self) -> str:
         port = self._port if self._port is not None else "-"
         return f"TcpProxy(port={port}, target={self._target_host}:{self._target_port})"
 
 
-__all__ = ["TcpProxy"]
+__all__ = ["Forwarder", "TcpProxy"]
