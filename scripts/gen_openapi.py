@@ -392,23 +392,12 @@ def team_post(seed: dict[str, Any], known: set[str]) -> dict[str, Any]:
         "The lead team to publish to, a lowercase UUID in the caller's tenant (and in the "
         "token's teams claim, if it has one)."
     )
-    codes = [
-        "invalid_request",
-        "unauthenticated",
-        "forbidden",
-        "not_found",
-        "idempotency_key_reused",
-        "too_large",
-        "unsupported_media_type",
-        "rate_limited",
-        "unavailable",
-    ]
     return {
         "tags": ["team feed"],
         "summary": "Publish to a team feed",
         "description": POST_DESCRIPTION,
         "operationId": "publishTeam",
-        "x-error-codes": codes,
+        "x-error-codes": list(PUBLISH_CODES),
         "parameters": [team],
         "requestBody": {
             "required": True,
@@ -426,50 +415,16 @@ def team_post(seed: dict[str, Any], known: set[str]) -> dict[str, Any]:
                 ),
                 "content": json_content(ref("PublishResponse")),
             },
-            "400": error_response(
+            **publish_errors(
+                known,
                 "invalid_request: the body is not JSON, not an item or array of items, an "
                 "empty or too long array, or an item fails validation (the message names "
                 "the item and field). Nothing of the body was appended.",
-                ["invalid_request"],
-                known,
-            ),
-            "401": error_response(
-                "unauthenticated: no token, or one that does not verify or has expired.",
-                ["unauthenticated"],
-                known,
-            ),
-            "403": error_response(
-                "forbidden: the token lacks the publish scope.", ["forbidden"], known
-            ),
-            "404": error_response(
-                "not_found: the team id is not a lowercase UUID, or is outside the token's "
-                "teams claim.",
-                ["not_found"],
-                known,
-            ),
-            "409": error_response(
                 "idempotency_key_reused: an event_id the feed still retains arrived with a "
                 "different body. Nothing of the body was appended.",
-                ["idempotency_key_reused"],
-                known,
-            ),
-            "413": error_response(
-                "too_large: the body is larger than GATEWAY_MAX_BODY_BYTES.",
-                ["too_large"],
-                known,
-            ),
-            "415": error_response(
-                "unsupported_media_type: the Content-Type is not application/json.",
-                ["unsupported_media_type"],
-                known,
-            ),
-            "429": rate_limited_publish(known),
-            "500": error_response("internal: an unexpected error.", ["internal"], known),
-            "503": error_response(
-                "unavailable: the feed store could not be reached or rejected the append; "
                 "retrying is safe (see idempotent retries).",
-                ["unavailable"],
-                known,
+                not_found="not_found: the team id is not a lowercase UUID, or is outside the "
+                "token's teams claim.",
             ),
         },
     }
@@ -850,10 +805,23 @@ def attach(seed: dict[str, Any], known: set[str]) -> dict[str, Any]:
     }
 
 
+#: The 404 of the run publish routes.
+RUN_PUBLISH_NOT_FOUND = (
+    "not_found: a thread outside the token's threads claim, or a thread or run id "
+    f"that does not match {RUN_PART_PATTERN}. Nothing was appended."
+)
+
+
 def publish_errors(
-    known: set[str], bad_request: str, reused: str, retry: str, *, rate: str | None = None
+    known: set[str],
+    bad_request: str,
+    reused: str,
+    retry: str,
+    *,
+    not_found: str = RUN_PUBLISH_NOT_FOUND,
+    rate: str | None = None,
 ) -> dict[str, Any]:
-    """The error responses of a run publish route."""
+    """The error responses of a publish route (team or run)."""
     return {
         "400": error_response(bad_request, ["invalid_request"], known),
         "401": error_response(
@@ -864,12 +832,7 @@ def publish_errors(
         "403": error_response(
             "forbidden: the token lacks the publish scope.", ["forbidden"], known
         ),
-        "404": error_response(
-            "not_found: a thread outside the token's threads claim, or a thread or run id "
-            f"that does not match {RUN_PART_PATTERN}. Nothing was appended.",
-            ["not_found"],
-            known,
-        ),
+        "404": error_response(not_found, ["not_found"], known),
         "409": error_response(reused, ["idempotency_key_reused"], known),
         "413": error_response(
             "too_large: the body is larger than GATEWAY_MAX_BODY_BYTES.", ["too_large"], known
