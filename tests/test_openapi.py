@@ -217,6 +217,21 @@ def _codes(response: dict[str, Any]) -> list[str]:
     return codes
 
 
+#: Every publish route (team and run) answers exactly these statuses with these codes.
+PUBLISH_CODES = {
+    "400": "invalid_request",
+    "401": "unauthenticated",
+    "403": "forbidden",
+    "404": "not_found",
+    "409": "idempotency_key_reused",
+    "413": "too_large",
+    "415": "unsupported_media_type",
+    "429": "rate_limited",
+    "500": "internal",
+    "503": "unavailable",
+}
+
+
 def test_team_error_responses(doc: dict[str, Any]) -> None:
     responses = doc["paths"][TEAM_EVENTS]["get"]["responses"]
     assert _codes(responses["400"]) == ["invalid_cursor"]
@@ -224,23 +239,11 @@ def test_team_error_responses(doc: dict[str, Any]) -> None:
     assert _codes(responses["404"]) == ["not_found"]
     assert _codes(responses["429"]) == ["rate_limited"]
     publish = doc["paths"][TEAM_EVENTS]["post"]["responses"]
-    expected = {
-        "400": "invalid_request",
-        "401": "unauthenticated",
-        "403": "forbidden",
-        "404": "not_found",
-        "409": "idempotency_key_reused",
-        "413": "too_large",
-        "415": "unsupported_media_type",
-        "429": "rate_limited",
-        "500": "internal",
-        "503": "unavailable",
-    }
     assert {status: _codes(r) for status, r in publish.items() if status != "200"} == {
-        status: [code] for status, code in expected.items()
+        status: [code] for status, code in PUBLISH_CODES.items()
     }
     codes = doc["paths"][TEAM_EVENTS]["post"]["x-error-codes"]
-    assert set(codes) == set(expected.values()) - {"internal"}
+    assert set(codes) == set(PUBLISH_CODES.values()) - {"internal"}
 
 
 def _pointer(*parts: str) -> str:
@@ -381,18 +384,6 @@ def test_x_error_codes_name_every_error_answered(doc: dict[str, Any]) -> None:
 
 # -- the run-feed routes (decisions D4, D7, D7b) ------------------------------------------
 
-PUBLISH_CODES = {
-    "400": "invalid_request",
-    "401": "unauthenticated",
-    "403": "forbidden",
-    "404": "not_found",
-    "409": "idempotency_key_reused",
-    "413": "too_large",
-    "415": "unsupported_media_type",
-    "429": "rate_limited",
-    "500": "internal",
-    "503": "unavailable",
-}
 STREAM_CODES = {
     "401": "unauthenticated",
     "404": "not_found",
