@@ -35,7 +35,9 @@ from gateway import __version__
 DISCONNECT_REASONS = ("client", "slow", "shutdown", "auth", "error", "reset")
 
 #: The Redis commands timed by ``gateway_redis_command_seconds{command}``.
-REDIS_COMMANDS = ("append", "state", "xread", "xrange", "verify", "inbox", "wake", "ping")
+REDIS_COMMANDS = (
+    "append", "append_many", "state", "xread", "xrange", "verify", "inbox", "wake", "ping",
+)
 
 # Histogram buckets (upper bounds).
 LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)

@@ -12,7 +12,7 @@ Example (an agent runtime publishing straight into Redis, no HTTP hop)::
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import msgspec
@@ -119,16 +119,7 @@ class Publisher:
         try:
             if admit is not None:
                 admit(len(body) if isinstance(body, list) else 1)
-            if not is_team_id(team):
-                raise InvalidRequest("team: must be a lowercase UUID")
-            try:
-                items = validate_team_publish(body, tenant=tenant, team=team)
-                new = [
-                    NewItem(item.event_id, team_payload(item.source, item.event), item.host_opening)
-                    for item in items
-                ]
-            except RecursionError as exc:
-                raise InvalidRequest("body: JSON nested too deeply") from exc
+            new = self._team_items(tenant, team, body)
             result = await self.log.append(
                 team_feed(tenant, team), new, retention=self.team_retention
             )
@@ -137,6 +128,58 @@ class Publisher:
             raise
         self.metrics.published.labels(kind="team", path=path).inc(len(new))
         return result.cursors
+
+    def _team_items(self, tenant: str, team: str, body: object) -> list[NewItem]:
+        """A D4 body as the items to append; raises InvalidRequest."""
+        if not is_team_id(team):
+            raise InvalidRequest("team: must be a lowercase UUID")
+        try:
+            items = validate_team_publish(body, tenant=tenant, team=team)
+            return [
+                NewItem(item.event_id, team_payload(item.source, item.event), item.host_opening)
+                for item in items
+            ]
+        except RecursionError as exc:
+            raise InvalidRequest("body: JSON nested too deeply") from exc
+
+    async def publish_team_many(
+        self, tenant: str, bodies: Mapping[str, object], *, path: str
+    ) -> dict[str, list[Cursor] | GatewayError]:
+        """:meth:`publish_team` for several teams in one round trip.
+
+        Every body is validated before anything is appended: an invalid one raises
+        InvalidRequest (its message names the team) and nothing is appended.  Each
+        team's items are then one atomic step, but the teams are not one step
+        together: the result maps each team to its cursors or to the error its step
+        met (IdempotencyKeyReused, Unavailable).  Raises Unavailable when Redis could
+        not be reached at all (then any team's items may or may not be appended;
+        retrying keyed items is safe).
+        """
+        batches: list[tuple[str, list[NewItem]]] = []
+        for team, body in bodies.items():
+            try:
+                batches.append((team, self._team_items(tenant, team, body)))
+            except InvalidRequest as exc:
+                self.reject(exc, path)
+                raise InvalidRequest(f"team {team}: {exc.message}") from exc
+        try:
+            outcomes = await self.log.append_many(
+                [(team_feed(tenant, team), new) for team, new in batches],
+                retention=self.team_retention,
+            )
+        except Exception as exc:
+            self.reject(exc, path)
+            raise
+        results: dict[str, list[Cursor] | GatewayError] = {}
+        published = self.metrics.published.labels(kind="team", path=path)
+        for (team, new), outcome in zip(batches, outcomes, strict=True):
+            if isinstance(outcome, GatewayError):
+                self.reject(outcome, path)
+                results[team] = outcome
+            else:
+                published.inc(len(new))
+                results[team] = outcome.cursors
+        return results
 
     async def publish_run_json(
         self,
@@ -379,6 +422,18 @@ class Producer:
     ) -> list[Cursor]:
         """Append ``[{"source": ..., "event": ...}, ...]`` atomically; one cursor per item."""
         return await self._publisher.publish_team(tenant, team, items, path="producer")
+
+    async def publish_team_many(
+        self, tenant: str, batches: Mapping[str, list[dict[str, Any]]]
+    ) -> dict[str, list[Cursor] | GatewayError]:
+        """Append to several teams in one Redis round trip: ``{team: [item, ...]}``.
+
+        Validates every batch first (InvalidRequest, naming the team, and nothing is
+        appended).  Each team's batch is atomic, the teams are not atomic together:
+        the result maps each team to its cursors or to the error its append met
+        (IdempotencyKeyReused, Unavailable), so check every value.
+        """
+        return await self._publisher.publish_team_many(tenant, batches, path="producer")
 
     async def publish_run(
         self,

@@ -231,6 +231,14 @@ def _source_validator(kind: str) -> Draft202012Validator:
     return Draft202012Validator(schema, registry=_registry())
 
 
+@functools.cache
+def _fast_source_validator(kind: str) -> jsonschema_rs.Validator:
+    """:func:`_source_validator`'s schema by jsonschema-rs, as for events (valid input
+    passes in microseconds; rejected input is explained by the other)."""
+    schema = _bundle(_split("TeamSource", "kind")[kind])
+    return jsonschema_rs.validator_for(schema, registry=_rs_registry())
+
+
 # --------------------------------------------------------------------------- messages
 
 _MAX_ECHO: Final = 100
@@ -422,7 +430,8 @@ def validate_source(source: object, *, tenant: str, team: str) -> None:
     kinds = _split("TeamSource", "kind")
     if not isinstance(kind, str) or kind not in kinds:
         raise InvalidRequest(f"source.kind: {_clip(repr(kind))} is not one of {sorted(kinds)!r}")
-    _check(_source_validator(kind), source, "source")
+    if not _fast_source_validator(kind).is_valid(source):
+        _check(_source_validator(kind), source, "source")
     if kind == "member":
         member = source["member"]
         if member["tenant"] != tenant:

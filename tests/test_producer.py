@@ -194,3 +194,62 @@ async def test_publish_run_reaches_ag_ui_followers_and_validates(
                     got.append(sse)
     assert [json.loads(s.data) for s in got] == NESTED
     assert [s.id for s in got] == [str(c) for c in cursors]
+
+
+async def test_publish_team_many_appends_each_team_in_one_call(
+    node: Gateway, producer: Producer
+) -> None:
+    teams = [ev.team_id() for _ in range(3)]
+    batches = {team: [ev.item(), ev.item()] for team in teams}
+    # The third team already holds the second item's event_id with another body:
+    # its append fails alone, the others land.
+    reused = batches[teams[2]][1]
+    other = json.loads(json.dumps(reused))
+    other["event"]["data"]["text"] = "another body"
+    await producer.publish_team_batch(TENANT, teams[2], [other])
+
+    results = await producer.publish_team_many(TENANT, batches)
+
+    assert list(results) == teams
+    for team in teams[:2]:
+        s = await state(node, team)
+        assert s is not None
+        assert results[team] == [Cursor(s.epoch, 1), Cursor(s.epoch, 2)]
+    assert isinstance(results[teams[2]], IdempotencyKeyReused)
+    s = await state(node, teams[2])
+    assert s is not None and s.head == 1
+    # A retry of the whole call returns the same cursors (idempotent per event_id).
+    again = await producer.publish_team_many(TENANT, {t: batches[t] for t in teams[:2]})
+    assert again == {t: results[t] for t in teams[:2]}
+
+
+async def test_publish_team_many_validates_everything_before_appending(
+    node: Gateway, producer: Producer
+) -> None:
+    good, bad = ev.team_id(), ev.team_id()
+    broken = ev.item(ev.message())
+    broken["event"]["data"]["text"] = 5
+    with pytest.raises(InvalidRequest, match=f"^team {bad}: item 1: event.data.text"):
+        await producer.publish_team_many(TENANT, {good: [ev.item()], bad: [ev.item(), broken]})
+    assert await state(node, good) is None
+    assert await state(node, bad) is None
+
+
+async def test_publish_team_many_reloads_a_flushed_script(
+    node: Gateway, producer: Producer, redis_url: str
+) -> None:
+    # A Redis that lost its scripts (a restart, SCRIPT FLUSH) ran none of the calls of
+    # the pipeline: the producer loads the script and sends them again, once each.
+    import redis.asyncio as aioredis
+
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        await client.script_flush()
+    finally:
+        await client.aclose()
+    teams = [ev.team_id() for _ in range(2)]
+    results = await producer.publish_team_many(TENANT, {t: [ev.item()] for t in teams})
+    for team in teams:
+        s = await state(node, team)
+        assert s is not None and s.head == 1
+        assert results[team] == [Cursor(s.epoch, 1)]

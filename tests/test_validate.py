@@ -751,6 +751,16 @@ def test_source_dispatch_is_equivalent_to_team_source(source: dict[str, Any]) ->
     assert ours == FULL_SOURCE.is_valid(source)
 
 
+@settings(max_examples=150, deadline=None)
+@given(mutated_sources())
+def test_fast_source_validator_agrees_with_the_explaining_one(source: dict[str, Any]) -> None:
+    kind = source.get("kind")
+    if not isinstance(kind, str) or kind not in ("member", "operator", "team"):
+        return
+    fast = v._fast_source_validator(kind).is_valid(source)
+    assert fast == v._source_validator(kind).is_valid(source)
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mutated_events())
 def test_fast_validator_agrees_with_the_explaining_one(ev: object) -> None:

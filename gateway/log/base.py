@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 import msgspec
 
 from gateway.cursor import Cursor
+from gateway.errors import IdempotencyKeyReused, Unavailable
 from gateway.feed import AppendResult, FeedKey, FeedState, Known, NewItem, StoredItem
 
 #: How many feeds' last-seen positions a node remembers for rollback detection.
@@ -97,6 +98,25 @@ class FeedLog(abc.ABC):
 
         Raises IdempotencyKeyReused (message names the item index) or Unavailable.
         """
+
+    async def append_many(
+        self, appends: Sequence[tuple[FeedKey, Sequence[NewItem]]], *, retention: int
+    ) -> list[AppendResult | IdempotencyKeyReused | Unavailable]:
+        """:meth:`append` for several feeds at once (one Redis round trip on Redis).
+
+        Each feed's items are one atomic step; the feeds are not one step together.
+        Returns one entry per element of ``appends``, in order: its result, or the
+        error its step met.  Raises Unavailable when the store could not be reached at
+        all: then any step may or may not have happened (retrying keyed items is safe,
+        as with :meth:`append`).
+        """
+        results: list[AppendResult | IdempotencyKeyReused | Unavailable] = []
+        for feed, items in appends:
+            try:
+                results.append(await self.append(feed, items, retention=retention))
+            except (IdempotencyKeyReused, Unavailable) as exc:
+                results.append(exc)
+        return results
 
     @abc.abstractmethod
     async def state(self, feed: FeedKey) -> FeedState | None:

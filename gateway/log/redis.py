@@ -174,15 +174,22 @@ class RedisLog(FeedLog):
         finally:
             self._observe(command, time.perf_counter() - started)
 
-    async def _run(
+    def _args(
         self, feed: FeedKey, mode: str, retention: int, items: Sequence[NewItem], align: int = 0
-    ) -> Any:
+    ) -> list[Any]:
+        """The append step's ARGV (see ``feed.lua``)."""
         known_epoch, known_offset, known_chain = split_known(self.known(feed))
         args: list[Any] = [
             mode, retention, known_epoch, known_offset, known_chain, len(items), align,
         ]
         for item in items:
             args += [item.key or "", item.data, "1" if item.host_opening else "0"]
+        return args
+
+    async def _run(
+        self, feed: FeedKey, mode: str, retention: int, items: Sequence[NewItem], align: int = 0
+    ) -> Any:
+        args = self._args(feed, mode, retention, items, align)
         with self._io(mode, "append" if mode == "append" else "state"):
             return await self._script(keys=list(self.keys(feed)), args=args)
 
@@ -196,10 +203,8 @@ class RedisLog(FeedLog):
             chain=reply[4].decode("ascii"),
         )
 
-    async def append(
-        self, feed: FeedKey, items: Sequence[NewItem], *, retention: int, align: int = 0
-    ) -> AppendResult:
-        reply = await self._run(feed, "append", retention, items, align)
+    def _appended(self, feed: FeedKey, reply: list[Any]) -> AppendResult:
+        """The append step's reply as a result (raises IdempotencyKeyReused)."""
         if reply[0] == b"reused":
             raise IdempotencyKeyReused(
                 f"item {int(reply[1])}: event_id was already used for a different item"
@@ -208,6 +213,50 @@ class RedisLog(FeedLog):
         cursors = [Cursor(state.epoch, int(off)) for off in reply[7:]]
         self._reset_known(feed, state)
         return AppendResult(cursors, reply[6] != b"", state)
+
+    async def append(
+        self, feed: FeedKey, items: Sequence[NewItem], *, retention: int, align: int = 0
+    ) -> AppendResult:
+        return self._appended(feed, await self._run(feed, "append", retention, items, align))
+
+    async def append_many(
+        self, appends: Sequence[tuple[FeedKey, Sequence[NewItem]]], *, retention: int
+    ) -> list[AppendResult | IdempotencyKeyReused | Unavailable]:
+        # One pipeline of EVALSHA calls: one write and one read for every feed, instead
+        # of a pool checkout and a round trip each.
+        calls = [
+            (feed, [*self.keys(feed)], self._args(feed, "append", retention, items))
+            for feed, items in appends
+        ]
+        replies: list[Any] = [None] * len(calls)
+        todo = list(range(len(calls)))
+        with self._io("append", "append_many"):
+            for attempt in range(2):
+                async with self._redis.pipeline(transaction=False) as pipe:
+                    for i in todo:
+                        _, keys, args = calls[i]
+                        pipe.evalsha(self._script.sha, len(keys), *keys, *args)
+                    answers = await pipe.execute(raise_on_error=False)
+                for i, answer in zip(todo, answers, strict=True):
+                    replies[i] = answer
+                # A server that lost its scripts (a restart, SCRIPT FLUSH) ran none of
+                # those calls: load the script and send just them again.
+                todo = [
+                    i for i in todo if isinstance(replies[i], redis.exceptions.NoScriptError)
+                ]
+                if not todo or attempt:
+                    break
+                await self._redis.script_load(_SCRIPT)
+        results: list[AppendResult | IdempotencyKeyReused | Unavailable] = []
+        for (feed, _, _), reply in zip(calls, replies, strict=True):
+            if isinstance(reply, Exception):
+                results.append(Unavailable(f"redis rejected append: {reply}"))
+                continue
+            try:
+                results.append(self._appended(feed, reply))
+            except IdempotencyKeyReused as exc:
+                results.append(exc)
+        return results
 
     async def state(self, feed: FeedKey) -> FeedState | None:
         reply = await self._run(feed, "check", 1, ())

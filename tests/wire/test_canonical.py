@@ -6,6 +6,9 @@ import json
 import struct
 
 import pytest
+import rfc8785
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway.errors import InvalidRequest
 from gateway.wire.canonical import canonical
@@ -92,3 +95,64 @@ def test_integers_beyond_double_precision_are_rejected() -> None:
     assert canonical(9007199254740991) == b"9007199254740991"
     with pytest.raises(InvalidRequest):
         canonical(2**64)
+
+
+# Any JSON value, with the characters where JCS and plain sorted JSON could differ:
+# controls, quotes, backslashes, U+2028, characters just below and beyond U+FFFF (key
+# order), and numbers on both sides of the fast path's integer bound.
+_text = st.text(
+    alphabet=st.one_of(
+        st.sampled_from('\x00\x01\x08\x09\x0a\x0c\x0d\x1f"\\/\x7f\u2028\u00e9\ue000\uffff'),
+        st.characters(min_codepoint=0x10000, max_codepoint=0x1F6FF),
+        st.characters(codec="utf-8"),
+    ),
+    max_size=8,
+)
+_json = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**60), max_value=2**60)
+    | st.sampled_from([2**53 - 1, -(2**53 - 1), 2**53, -(2**53)])
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | _text,
+    lambda children: st.lists(children, max_size=5) | st.dictionaries(_text, children, max_size=5),
+    max_leaves=30,
+)
+
+
+def _reference(value: object) -> bytes | None:
+    try:
+        return rfc8785.dumps(value)
+    except (rfc8785.CanonicalizationError, ValueError, TypeError):
+        return None
+
+
+@settings(max_examples=500, deadline=None)
+@given(_json)
+def test_fast_path_agrees_with_the_reference_encoder(value: object) -> None:
+    expected = _reference(value)
+    if expected is None:
+        with pytest.raises(InvalidRequest):
+            canonical(value)
+    else:
+        assert canonical(value) == expected
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"\ue000": 1, "\U0001f600": 2},  # the two orders differ here
+        {"a": [1.5, 2]},  # a float below the top level
+        {"n": 2**53},  # an integer beyond the fast path's bound
+        (1, 2),  # not plain JSON data
+        {1: "x"},  # a non-string key
+        "\ud800",  # a lone surrogate
+    ],
+)
+def test_values_outside_the_fast_path_match_the_reference(value: object) -> None:
+    expected = _reference(value)
+    if expected is None:
+        with pytest.raises(InvalidRequest):
+            canonical(value)
+    else:
+        assert canonical(value) == expected
