@@ -221,6 +221,7 @@ async def test_publish_team_many_appends_each_team_in_one_call(
     # A retry of the whole call returns the same cursors (idempotent per event_id).
     again = await producer.publish_team_many(TENANT, {t: batches[t] for t in teams[:2]})
     assert again == {t: results[t] for t in teams[:2]}
+    assert await producer.publish_team_many(TENANT, {}) == {}
 
 
 async def test_publish_team_many_validates_everything_before_appending(

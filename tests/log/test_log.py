@@ -87,6 +87,25 @@ async def test_retry_returns_original_cursor_and_reuse_is_refused(log: FeedLog) 
     assert first.state.epoch == state.epoch
 
 
+async def test_append_many_is_one_step_per_feed(log: FeedLog) -> None:
+    a, b, c = feed(), feed(), feed()
+    earlier = await log.append(c, [NewItem("taken", b'"c0"')], retention=100)
+    results = await log.append_many(
+        [(a, items(2, "a")), (b, items(1, "b")), (c, [NewItem("taken", b'"other"')])],
+        retention=100,
+    )
+    ra, rb, rc = results
+    assert not isinstance(ra, Exception) and not isinstance(rb, Exception)
+    assert ra.cursors == [Cursor(ra.state.epoch, 1), Cursor(ra.state.epoch, 2)]
+    assert rb.cursors == [Cursor(rb.state.epoch, 1)]
+    assert isinstance(rc, IdempotencyKeyReused)  # that feed alone failed
+    got = await log.read(a, Cursor(ra.state.epoch, 0), 10)
+    assert [i.data for i in got] == [b'"a0"', b'"a1"']
+    state = await log.state(c)
+    assert state is not None and state.head == earlier.state.head == 1
+    assert await log.append_many([], retention=100) == []
+
+
 async def test_retention_trims_oldest_and_forgets_their_keys(log: FeedLog) -> None:
     f = feed()
     batch = items(5)
