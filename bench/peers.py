@@ -130,20 +130,12 @@ def run_soketi(sc: gw.Scenario, peers: Path, out: Path, workdir: Path) -> dict[s
 
 
 def row(system: str, sc: gw.Scenario, r: dict[str, object]) -> str:
-    lat = r.get("latency_ms") or {}
-    assert isinstance(lat, dict)
-
-    def num(value: object, fmt: str) -> str:
-        return format(value, fmt) if isinstance(value, int | float) else "-"
-
+    num = gw.num
     return (
         f"| {sc.name} | {system} | {num(r.get('deliveries_per_s'), ',.0f')} "
         f"| {num(r.get('deliveries_per_server_cpu_s'), ',.0f')} "
         f"| {num(r.get('server_cpu_util'), '.2f')} | {num(r.get('client_cpu_util'), '.2f')} "
-        f"| {num(lat.get('p50'), '.1f')} / {num(lat.get('p99'), '.1f')} / "
-        f"{num(lat.get('max'), '.1f')} "
-        f"| {r.get('gaps', '-')} / {r.get('duplicates', '-')} "
-        f"| {num(r.get('server_rss_per_idle_conn_kb'), '.1f')} |"
+        f"| {gw.latency_and_gaps(r)} | {num(r.get('server_rss_per_idle_conn_kb'), '.1f')} |"
     )
 
 

@@ -268,22 +268,28 @@ def run(sc: Scenario, out: Path, keep: bool) -> dict[str, object]:
             shutil.rmtree(workdir, ignore_errors=True)
 
 
-def row(r: dict[str, object]) -> str:
+def num(value: object, fmt: str) -> str:
+    """A table cell for a number fanbench may have left out."""
+    return format(value, fmt) if isinstance(value, int | float) else "-"
+
+
+def latency_and_gaps(r: dict[str, object]) -> str:
+    """The cells ``p50 / p99 / max | gaps / dups`` of a fanbench result."""
     lat = r.get("latency_ms") or {}
     assert isinstance(lat, dict)
+    return (
+        f"{num(lat.get('p50'), '.1f')} / {num(lat.get('p99'), '.1f')} / "
+        f"{num(lat.get('max'), '.1f')} | {r.get('gaps', '-')} / {r.get('duplicates', '-')}"
+    )
 
-    def num(value: object, fmt: str) -> str:
-        return format(value, fmt) if isinstance(value, int | float) else "-"
 
+def row(r: dict[str, object]) -> str:
     rss = r.get("server_rss_mb") or {}
     assert isinstance(rss, dict)
     return (
         f"| {r['scenario']} | {num(r.get('deliveries_per_s'), ',.0f')} "
         f"| {num(r.get('deliveries_per_server_cpu_s'), ',.0f')} "
-        f"| {num(r.get('server_cpu_util'), '.2f')} "
-        f"| {num(lat.get('p50'), '.1f')} / {num(lat.get('p99'), '.1f')} / "
-        f"{num(lat.get('max'), '.1f')} "
-        f"| {r.get('gaps', '-')} / {r.get('duplicates', '-')} "
+        f"| {num(r.get('server_cpu_util'), '.2f')} | {latency_and_gaps(r)} "
         f"| {num(r.get('server_rss_per_idle_conn_kb'), '.1f')} "
         f"| {num(rss.get('connected_idle'), '.0f')} / {num(rss.get('peak'), '.0f')} "
         f"| {r.get('note', '')}{slow_note(r)} |"
