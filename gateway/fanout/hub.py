@@ -487,8 +487,8 @@ class Hub:
                 sent = metrics.sent(enc.transport)
                 sent.frames += enc.taken * len(items)
                 sent.bytes += enc.taken * enc.size
-        metrics.items_read.inc(len(items))
-        metrics.fanout_offers.inc(delivered)
+        metrics.items_read.value += len(items)
+        metrics.fanout_offers.value += delivered
         metrics.fanout_seconds.observe(time.perf_counter() - started)
         if delivered and appended:
             metrics.delivery_lag.observe(max(0.0, time.time() - appended))

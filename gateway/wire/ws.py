@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-from websockets.frames import Frame, Opcode
 
 from gateway.cursor import Cursor
 from gateway.errors import InvalidRequest
@@ -87,8 +86,17 @@ _encoder = msgspec.json.Encoder()
 
 
 def frame(payload: bytes) -> bytes:
-    """One unmasked server text frame (websockets' codec), ready for the socket."""
-    return Frame(Opcode.TEXT, payload).serialize(mask=False)
+    """One unmasked server text frame (RFC 6455 section 5.2), ready for the socket.
+
+    Built here rather than by websockets' ``Frame.serialize`` (the same bytes, which
+    ``tests/wire/test_ws.py`` checks) because it runs once per item on the fan-out path.
+    """
+    size = len(payload)
+    if size < 126:
+        return bytes((0x81, size)) + payload
+    if size < 65536:
+        return b"\x81\x7e" + size.to_bytes(2, "big") + payload
+    return b"\x81\x7f" + size.to_bytes(8, "big") + payload
 
 
 def event_payload(feed: str, cursor: Cursor, data: bytes) -> bytes:
