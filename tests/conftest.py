@@ -16,11 +16,14 @@ import os
 import shutil
 import uuid
 import warnings
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from urllib.parse import urlsplit, urlunsplit
 
+import httpx
 import pytest
 
+from gateway.app import Gateway
+from tests.support.node import start_node
 from tests.support.redis_server import RedisServer, delete_keys_with_prefix
 
 # ---------------------------------------------------------------------------
@@ -163,3 +166,21 @@ def node_redis(log_kind: str, request: pytest.FixtureRequest) -> tuple[str | Non
     url: str = request.getfixturevalue("redis_url")
     prefix: str = request.getfixturevalue("redis_prefix")
     return url, prefix
+
+
+@pytest.fixture
+async def node(node_redis: tuple[str | None, str]) -> AsyncIterator[Gateway]:
+    """A node with the default test settings, on the embedded log and on Redis.
+
+    A module or folder that needs other settings defines its own ``node``.
+    """
+    url, prefix = node_redis
+    async with start_node(url, prefix) as n:
+        yield n
+
+
+@pytest.fixture
+async def client(node: Gateway) -> AsyncIterator[httpx.AsyncClient]:
+    """An httpx client of ``node`` (whichever ``node`` the test sees)."""
+    async with httpx.AsyncClient(base_url=node.url, timeout=10) as c:
+        yield c

@@ -31,7 +31,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from gateway.app import Gateway
 from gateway.auth import mint
 from tests.support import events as ev
-from tests.support.node import SECRET, auth, start_node, token
+from tests.support.node import SECRET, auth, token, ws_url
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -104,23 +104,6 @@ def require_chromium() -> Path:
 # ---------------------------------------------------------------------------
 # A node, publishing, and the client programs
 # ---------------------------------------------------------------------------
-
-
-@pytest.fixture
-async def node(node_redis: tuple[str | None, str]) -> AsyncIterator[Gateway]:
-    url, prefix = node_redis
-    async with start_node(url, prefix) as n:
-        yield n
-
-
-@pytest.fixture
-async def client(node: Gateway) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=node.url, timeout=10) as c:
-        yield c
-
-
-def ws_url(node: Gateway) -> str:
-    return node.url.replace("http://", "ws://", 1) + "/v1/ws"
 
 
 class Published:

@@ -7,7 +7,6 @@ the node's own registry.  Waits are bounded (``until``); nothing sleeps to synch
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -15,8 +14,7 @@ import httpx
 import pytest
 from httpx_sse import aconnect_sse
 from prometheus_client.parser import text_string_to_metric_families
-from websockets.asyncio.client import ClientConnection, connect
-from websockets.typing import Subprotocol
+from websockets.asyncio.client import ClientConnection
 
 from gateway import __version__
 from gateway.app import Gateway
@@ -24,45 +22,19 @@ from gateway.fanout.subscriber import SubState
 from gateway.feed import team_feed
 from gateway.metrics import DISCONNECT_REASONS, LoopHistogram
 from tests.support import events as ev
-from tests.support.node import auth, metric, start_node, token
+from tests.support.node import auth, metric, open_ws, start_node, token
 from tests.support.wait import until
 
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-async def node(node_redis: tuple[str | None, str]) -> AsyncIterator[Gateway]:
-    url, prefix = node_redis
-    async with start_node(url, prefix) as n:
-        yield n
-
-
-@pytest.fixture
-async def http(node: Gateway) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=node.url, timeout=10) as c:
-        yield c
-
-
-async def publish(http: httpx.AsyncClient, team: str, n: int = 1) -> list[str]:
-    r = await http.post(
+async def publish(client: httpx.AsyncClient, team: str, n: int = 1) -> list[str]:
+    r = await client.post(
         f"/v1/teams/{team}/events", json=[ev.item() for _ in range(n)], headers=auth()
     )
     assert r.status_code == 200, r.text
     cursors: list[str] = r.json()["cursors"]
     return cursors
-
-
-def open_ws(node: Gateway) -> connect:
-    return connect(
-        f"ws://{node.settings.host}:{node.port}/v1/ws",
-        subprotocols=[Subprotocol("gateway.v1")],
-        additional_headers=auth(),
-        compression=None,
-        proxy=None,
-        open_timeout=5,
-        close_timeout=2,
-        ping_interval=None,
-    )
 
 
 async def recv(ws: ClientConnection) -> tuple[str, dict[str, Any]]:
@@ -78,14 +50,14 @@ def subs(node: Gateway, transport: str) -> float:
 
 
 async def test_a_live_delivery_is_measured_once_per_batch(
-    node: Gateway, http: httpx.AsyncClient
+    node: Gateway, client: httpx.AsyncClient
 ) -> None:
     team = ev.team_id()
-    [first] = await publish(http, team)
+    [first] = await publish(client, team)
     feed = team_feed("acme", team)
     async with (
         open_ws(node) as ws,
-        aconnect_sse(http, "GET", f"/v1/teams/{team}/events", headers=auth()) as source,
+        aconnect_sse(client, "GET", f"/v1/teams/{team}/events", headers=auth()) as source,
     ):
         events = source.aiter_sse()
         # SSE without a cursor replays the first item; WebSocket joins at the head.
@@ -110,7 +82,7 @@ async def test_a_live_delivery_is_measured_once_per_batch(
         assert metric(node, "gateway_frames_sent_total", transport="sse") == 1
         assert metric(node, "gateway_delivery_lag_seconds_count") == 0
 
-        [second] = await publish(http, team)
+        [second] = await publish(client, team)
         raw, frame = await recv(ws)
         assert frame["type"] == "event" and frame["cursor"] == second
         with anyio.fail_after(5):
@@ -147,16 +119,16 @@ async def test_a_live_delivery_is_measured_once_per_batch(
 async def test_redis_commands_are_timed(redis_url: str, redis_prefix: str) -> None:
     async with (
         start_node(redis_url, redis_prefix) as node,
-        httpx.AsyncClient(base_url=node.url, timeout=10) as http,
+        httpx.AsyncClient(base_url=node.url, timeout=10) as client,
     ):
         team = ev.team_id()
-        [cursor] = await publish(http, team)
+        [cursor] = await publish(client, team)
         async with aconnect_sse(
-            http, "GET", f"/v1/teams/{team}/events", headers=auth()
+            client, "GET", f"/v1/teams/{team}/events", headers=auth()
         ) as source:
             with anyio.fail_after(5):
                 assert (await anext(source.aiter_sse())).id == cursor
-        assert (await http.get("/readyz")).status_code == 200
+        assert (await client.get("/readyz")).status_code == 200
         for command in ("append", "state", "xrange", "ping", "wake"):
             count = metric(node, "gateway_redis_command_seconds_count", command=command)
             assert count >= 1, command
@@ -169,14 +141,14 @@ async def test_redis_commands_are_timed(redis_url: str, redis_prefix: str) -> No
 
 
 async def test_sse_stream_ended_by_epoch_restarted_counts_as_reset(
-    node: Gateway, http: httpx.AsyncClient
+    node: Gateway, client: httpx.AsyncClient
 ) -> None:
     team = ev.team_id()
-    [cursor] = await publish(http, team)
+    [cursor] = await publish(client, team)
     old = f"{int(cursor.split(':')[0]) - 1}:7"
     with anyio.fail_after(10):
         async with aconnect_sse(
-            http, "GET", f"/v1/teams/{team}/events", headers={**auth(), "Last-Event-ID": old}
+            client, "GET", f"/v1/teams/{team}/events", headers={**auth(), "Last-Event-ID": old}
         ) as source:
             got = [sse async for sse in source.aiter_sse()]  # the server ends it
     assert '"kind":"epoch_restarted"' in got[-1].data
@@ -190,13 +162,13 @@ async def test_sse_stream_ended_by_epoch_restarted_counts_as_reset(
 
 
 async def test_drained_sse_stream_counts_as_shutdown_and_ready_goes_to_zero(
-    node: Gateway, http: httpx.AsyncClient
+    node: Gateway, client: httpx.AsyncClient
 ) -> None:
     team = ev.team_id()
-    [cursor] = await publish(http, team)
-    assert (await http.get("/readyz")).status_code == 200
+    [cursor] = await publish(client, team)
+    assert (await client.get("/readyz")).status_code == 200
     assert metric(node, "gateway_ready") == 1
-    async with aconnect_sse(http, "GET", f"/v1/teams/{team}/events", headers=auth()) as source:
+    async with aconnect_sse(client, "GET", f"/v1/teams/{team}/events", headers=auth()) as source:
         events = source.aiter_sse()
         with anyio.fail_after(5):
             assert (await anext(events)).id == cursor
@@ -213,9 +185,9 @@ async def test_drained_sse_stream_counts_as_shutdown_and_ready_goes_to_zero(
     assert metric(node, "gateway_ready") == 0
 
 
-async def test_build_info_and_exposition(node: Gateway, http: httpx.AsyncClient) -> None:
+async def test_build_info_and_exposition(node: Gateway, client: httpx.AsyncClient) -> None:
     assert metric(node, "gateway_build_info", version=__version__) == 1
-    text = (await http.get("/metrics")).text
+    text = (await client.get("/metrics")).text
     names = {family.name for family in text_string_to_metric_families(text)}
     for name in (
         "gateway_build_info",

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -24,19 +23,12 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from gateway.agui.fold import RunFold
 from gateway.app import Gateway
 from tests.agui.runs import CHUNKS, NESTED, RUN, THREAD
-from tests.support.node import auth, start_node, token
+from tests.support.node import auth, token
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 JS = Path(__file__).parent.parent / "js"
 PATH = f"/v1/threads/{THREAD}/runs/{RUN}/ui/ag-ui"
-
-
-@pytest.fixture
-async def node(node_redis: tuple[str | None, str]) -> AsyncIterator[Gateway]:
-    url, prefix = node_redis
-    async with start_node(url, prefix) as n:
-        yield n
 
 
 def node_exe() -> str:

@@ -16,33 +16,15 @@ import anyio.abc
 import httpx
 import pytest
 from anyio.abc import SocketAttribute
-from websockets.asyncio.client import ClientConnection, connect
+from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import InvalidStatus
-from websockets.typing import Subprotocol
 
 from gateway.app import Gateway
 from tests.support import events as ev
-from tests.support.node import auth, metric, start_node, token
+from tests.support.node import auth, metric, open_ws, start_node, token
 from tests.support.wait import until
 
 pytestmark = pytest.mark.anyio
-
-
-def ws_url(node: Gateway) -> str:
-    return f"ws://{node.settings.host}:{node.port}/v1/ws"
-
-
-def open_ws(node: Gateway, tenant: str = "acme") -> connect:
-    return connect(
-        ws_url(node),
-        subprotocols=[Subprotocol("gateway.v1")],
-        additional_headers=auth(tenant),
-        compression=None,
-        proxy=None,
-        open_timeout=5,
-        close_timeout=2,
-        ping_interval=None,
-    )
 
 
 async def publish(client: httpx.AsyncClient, team: str, tenant: str = "acme") -> None:
@@ -82,7 +64,7 @@ async def refused_sse(client: httpx.AsyncClient, team: str, tenant: str = "acme"
 
 async def refused_ws(node: Gateway, tenant: str = "acme") -> str:
     with anyio.fail_after(5), pytest.raises(InvalidStatus) as info:
-        async with open_ws(node, tenant):
+        async with open_ws(node, headers=auth(tenant)):
             pass
     response = info.value.response
     message: str = assert_rate_limited(response.status_code, response.body or b"")["error"][
@@ -156,7 +138,7 @@ async def test_tenant_limit_refuses_only_that_tenant() -> None:
             async with sse_stream(client, globex, "globex"):
                 assert limits.count("globex") == 1
             await until(lambda: limits.count("globex") == 0, 5, "globex stream released")
-            async with open_ws(node, "globex"):
+            async with open_ws(node, headers=auth("globex")):
                 assert limits.count("globex") == 1
                 assert limits.count() == 2
         await until(lambda: limits.count() == 0, 5, "every stream released")

@@ -16,7 +16,7 @@ from httpx_sse import ServerSentEvent, aconnect_sse
 from gateway.agui.fold import RunFold
 from gateway.app import Gateway
 from tests.agui.runs import NESTED, RUN, THREAD
-from tests.support.node import auth, metric, start_node, token
+from tests.support.node import auth, metric, open_ws, start_node, token
 
 pytestmark = pytest.mark.anyio
 
@@ -213,9 +213,6 @@ async def test_threads_claim_and_tenants_answer_like_a_missing_run(
 async def test_websocket_run_feed_gets_the_prelude_at_its_join_cursor(
     client: httpx.AsyncClient, node: Gateway
 ) -> None:
-    from websockets.asyncio.client import connect
-    from websockets.typing import Subprotocol
-
     cursors = await publish(client, NESTED[:14])
     name = f"run/{THREAD}/{RUN}"
     join = cursors[9]
@@ -223,15 +220,7 @@ async def test_websocket_run_feed_gets_the_prelude_at_its_join_cursor(
     for event in NESTED[:10]:
         fold.apply(event)
     prelude = fold.prelude(THREAD, RUN)
-    async with connect(
-        f"ws://{node.settings.host}:{node.port}/v1/ws",
-        subprotocols=[Subprotocol("gateway.v1")],
-        additional_headers=auth(),
-        compression=None,
-        proxy=None,
-        open_timeout=5,
-        ping_interval=None,
-    ) as ws:
+    async with open_ws(node) as ws:
         await ws.send(json.dumps({"type": "subscribe", "feed": name, "after": join}))
         frames: list[dict[str, Any]] = []
         with anyio.fail_after(10):
@@ -280,19 +269,10 @@ async def test_publishing_outside_the_threads_claim_is_404(client: httpx.AsyncCl
 async def test_websocket_threads_claim_is_checked_on_subscribe_and_on_refresh(
     client: httpx.AsyncClient, node: Gateway
 ) -> None:
-    from websockets.asyncio.client import connect
-    from websockets.typing import Subprotocol
-
     await publish(client, NESTED[:3])
     name = f"run/{THREAD}/{RUN}"
-    async with connect(
-        f"ws://{node.settings.host}:{node.port}/v1/ws",
-        subprotocols=[Subprotocol("gateway.v1")],
-        additional_headers={"Authorization": f"Bearer {token(threads=[THREAD])}"},
-        compression=None,
-        proxy=None,
-        open_timeout=5,
-        ping_interval=None,
+    async with open_ws(
+        node, headers={"Authorization": f"Bearer {token(threads=[THREAD])}"}
     ) as ws:
         with anyio.fail_after(10):
             await ws.send(json.dumps({"type": "subscribe", "feed": name}))

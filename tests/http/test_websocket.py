@@ -19,7 +19,7 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import anyio
@@ -27,15 +27,14 @@ import anyio.abc
 import httpx
 import jwt
 import pytest
-from websockets.asyncio.client import ClientConnection, connect
+from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.protocol import State
-from websockets.typing import Subprotocol
 
 from gateway.app import Gateway, build_log
 from gateway.auth import mint
 from tests.support import events as ev
-from tests.support.node import SECRET, auth, metric, start_node, token
+from tests.support.node import SECRET, auth, metric, open_ws, start_node, token
 from tests.support.node import settings as node_settings
 
 pytestmark = pytest.mark.anyio
@@ -86,33 +85,8 @@ async def mem_http(mem_node: Gateway) -> AsyncIterator[httpx.AsyncClient]:
         yield c
 
 
-def ws_url(node: Gateway) -> str:
-    return f"ws://{node.settings.host}:{node.port}/v1/ws"
-
-
 def bearer(tok: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {tok}"}
-
-
-def open_ws(
-    node: Gateway,
-    *,
-    headers: dict[str, str] | None = None,
-    subprotocols: Sequence[str] = (SUBPROTOCOL,),
-    **kw: Any,
-) -> connect:
-    """A real websockets client (no client pings, no compression, bounded waits)."""
-    return connect(
-        ws_url(node),
-        subprotocols=[Subprotocol(p) for p in subprotocols] or None,
-        additional_headers=auth() if headers is None else headers,
-        compression=None,
-        proxy=None,
-        open_timeout=5,
-        close_timeout=2,
-        ping_interval=None,
-        **kw,
-    )
 
 
 async def send(ws: ClientConnection, message: Frame | str) -> None:

@@ -6,6 +6,9 @@ import contextlib
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+from websockets.asyncio.client import connect
+from websockets.typing import Subprotocol
+
 from gateway.app import Gateway, running
 from gateway.auth import mint
 from gateway.config import Settings
@@ -73,3 +76,29 @@ def auth(tenant: str = "acme", **kw: Any) -> dict[str, str]:
 def metric(node: Gateway, name: str, **labels: str) -> float:
     value = node.metrics.registry.get_sample_value(name, labels or None)
     return 0.0 if value is None else value
+
+
+def ws_url(node: Gateway) -> str:
+    return f"ws://{node.settings.host}:{node.port}/v1/ws"
+
+
+def open_ws(
+    node: Gateway,
+    *,
+    headers: dict[str, str] | None = None,
+    subprotocols: Sequence[str] = ("gateway.v1",),
+    **kw: Any,
+) -> connect:
+    """A real websockets client of ``node`` (no client pings, no compression, bounded
+    waits); ``headers`` default to a bearer token of tenant acme."""
+    return connect(
+        ws_url(node),
+        subprotocols=[Subprotocol(p) for p in subprotocols] or None,
+        additional_headers=auth() if headers is None else headers,
+        compression=None,
+        proxy=None,
+        open_timeout=5,
+        close_timeout=2,
+        ping_interval=None,
+        **kw,
+    )
