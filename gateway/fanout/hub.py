@@ -227,7 +227,9 @@ class Hub:
 
         Pages are written with ``write`` (which waits for the socket), so memory stays
         bounded by one page.  Returns with ``sub.state`` ``LIVE`` (attached) or
-        ``RESTARTED`` (the caller sends the restart frame and ends).
+        ``RESTARTED`` (the caller sends the restart frame and ends).  Raises NotFound
+        when a run feed was deleted (its grace period ended) while it was read, and
+        Unavailable when the store fails.
         """
         if sub.joined:  # a slow consumer's catch-up, not a join
             await self._catch_up(sub, write, [])
@@ -306,9 +308,17 @@ class Hub:
         return channel is not None and sub.position < channel.position
 
     async def _check_position(self, sub: Subscription) -> bool:
-        """History read nothing: is the position still valid?  False if restarted."""
+        """History read nothing: is the position still valid?  False if restarted.
+
+        Raises NotFound when the feed is a run that was deleted meanwhile.
+        """
         # A fresh read: a restart must not rest on a stale, shared one.
         state = await self.log.state(sub.feed)
+        if state is None and sub.feed.kind is FeedKind.RUN:
+            # A run feed is deleted on purpose when its grace period ends (D7): nothing
+            # more will come, so a join that meets the deletion is told what a new
+            # request would be (SSE: the stream ends; WebSocket: an error frame).
+            raise NotFound("no such feed")
         pos = sub.position
         if state is not None and (
             state.epoch != pos.epoch or pos.offset + 1 < state.first or pos.offset > state.head
