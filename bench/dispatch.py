@@ -22,11 +22,12 @@ from fanbench_pub import team_event
 
 from gateway.cursor import Cursor
 from gateway.fanout.hub import Channel, Hub
-from gateway.fanout.subscriber import Outbox, Subscription, SubState
+from gateway.fanout.outbox import Outbox
+from gateway.fanout.subscription import Subscription, SubState
 from gateway.feed import StoredItem, team_feed
-from gateway.log.base import Batch
-from gateway.log.memory import MemoryLog
 from gateway.metrics import Metrics
+from gateway.store.base import Batch
+from gateway.store.memory import MemoryStore
 from gateway.wire.formats import TEAM_WS
 from gateway.wire.teamitem import team_payload
 
@@ -57,7 +58,8 @@ class FakeStream:
 
 def run(feeds: int, subscribers: int, events: int) -> float:
     """Microseconds of process CPU per event."""
-    hub = Hub(MemoryLog(), Metrics())
+    store = MemoryStore()
+    hub = Hub(store, store, Metrics())
     text = '{"fb":"FB1|1|1|0|","pad":"%s"}' % ("x" * 100)
     payload = team_payload({"kind": "team"}, team_event(text, 1))
     channels = []

@@ -52,17 +52,34 @@ def run_events(n: int) -> list[dict[str, Any]]:
         events += [
             {"type": "TEXT_MESSAGE_CONTENT", "messageId": mid, "delta": DELTA} for _ in range(20)
         ]
-        events.append({"type": "TOOL_CALL_START", "toolCallId": tid, "toolCallName": "search",
-                       "parentMessageId": mid})
+        events.append(
+            {
+                "type": "TOOL_CALL_START",
+                "toolCallId": tid,
+                "toolCallName": "search",
+                "parentMessageId": mid,
+            }
+        )
         events += [{"type": "TOOL_CALL_ARGS", "toolCallId": tid, "delta": '{"q":"x"}'}] * 5
         events.append({"type": "TOOL_CALL_END", "toolCallId": tid})
         events.append({"type": "TEXT_MESSAGE_END", "messageId": mid})
-        events.append({"type": "TOOL_CALL_RESULT", "messageId": f"r{turn}", "toolCallId": tid,
-                       "content": "result " * 10})
-        events.append({"type": "STATE_DELTA", "delta": [
-            {"op": "replace", "path": "/turn", "value": turn},
-            {"op": "add", "path": "/notes/-", "value": f"note {turn}"},
-        ]})
+        events.append(
+            {
+                "type": "TOOL_CALL_RESULT",
+                "messageId": f"r{turn}",
+                "toolCallId": tid,
+                "content": "result " * 10,
+            }
+        )
+        events.append(
+            {
+                "type": "STATE_DELTA",
+                "delta": [
+                    {"op": "replace", "path": "/turn", "value": turn},
+                    {"op": "add", "path": "/notes/-", "value": f"note {turn}"},
+                ],
+            }
+        )
     return events[: n - 1]  # left open: the run is still going
 
 
@@ -116,8 +133,15 @@ async def measure(stack: Stack, n: int) -> list[tuple[str, str, str, str, str]]:
         async def one(label: str, cursor: str) -> None:
             cpu = cpu_seconds(pid)
             seconds, count, size = await join(c, cursor)
-            rows.append((label, f"{seconds * 1000:.1f}", f"{(cpu_seconds(pid) - cpu) * 1000:.0f}",
-                         str(count), f"{size / 1024:.0f}"))
+            rows.append(
+                (
+                    label,
+                    f"{seconds * 1000:.1f}",
+                    f"{(cpu_seconds(pid) - cpu) * 1000:.0f}",
+                    str(count),
+                    f"{size / 1024:.0f}",
+                )
+            )
 
         await one("first join at the head (cold: folds the whole run)", head)
         await one("second join at the head (checkpoint)", head)
@@ -128,8 +152,15 @@ async def measure(stack: Stack, n: int) -> list[tuple[str, str, str, str, str]]:
             seconds, _, _ = await join(c, cursor)
             samples.append(seconds)
         used = (cpu_seconds(pid) - cpu) / len(picks)
-        rows.append(("20 joins at random cursors: p50", f"{statistics.median(samples) * 1000:.1f}",
-                     f"{used * 1000:.0f} (mean)", "", ""))
+        rows.append(
+            (
+                "20 joins at random cursors: p50",
+                f"{statistics.median(samples) * 1000:.1f}",
+                f"{used * 1000:.0f} (mean)",
+                "",
+                "",
+            )
+        )
         rows.append(("20 joins at random cursors: max", f"{max(samples) * 1000:.1f}", "", "", ""))
         cursor = cursors[rng.randrange(1000, len(cursors) - 2)]
         cpu = cpu_seconds(pid)
@@ -137,9 +168,15 @@ async def measure(stack: Stack, n: int) -> list[tuple[str, str, str, str, str]]:
         async with anyio.create_task_group() as tg:
             for _ in range(50):
                 tg.start_soon(join, c, cursor)
-        rows.append(("50 joins at once, one new cursor: all served",
-                     f"{(time.perf_counter() - t1) * 1000:.1f}",
-                     f"{(cpu_seconds(pid) - cpu) * 1000:.0f} (total)", "", ""))
+        rows.append(
+            (
+                "50 joins at once, one new cursor: all served",
+                f"{(time.perf_counter() - t1) * 1000:.1f}",
+                f"{(cpu_seconds(pid) - cpu) * 1000:.0f} (total)",
+                "",
+                "",
+            )
+        )
     print(f"run: {n} events published in {publish_s:.1f} s through the producer API")
     return rows
 

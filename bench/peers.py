@@ -41,8 +41,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import run as gw
 
-SCENARIOS = ["ws-1k-max", "ws-5k-max", "ws-100x10-max", "ws-1000x5-max", "ws-1k-50eps",
-             "ws-1k-200eps"]
+SCENARIOS = [
+    "ws-1k-max",
+    "ws-5k-max",
+    "ws-100x10-max",
+    "ws-1000x5-max",
+    "ws-1k-50eps",
+    "ws-1k-200eps",
+]
 SYSTEMS = ("gateway", "socketio", "soketi")
 
 
@@ -72,10 +78,29 @@ def process(args: list[str], log: Path, **kw: object) -> Iterator[subprocess.Pop
 
 def common_args(sc: gw.Scenario, out: Path) -> list[str]:
     return [
-        "taskset", "-c", "1", gw.PYTHON, str(gw.FANBENCH), "--cpu", "1",
-        "-n", str(sc.subscribers), "-c", str(sc.channels),
-        "--rate", str(sc.rate), "--window", str(sc.window), "--duration", str(sc.duration),
-        "--payload-bytes", "128", "--max-wall", "240", "--out", str(out),
+        "taskset",
+        "-c",
+        "1",
+        gw.PYTHON,
+        str(gw.FANBENCH),
+        "--cpu",
+        "1",
+        "-n",
+        str(sc.subscribers),
+        "-c",
+        str(sc.channels),
+        "--rate",
+        str(sc.rate),
+        "--window",
+        str(sc.window),
+        "--duration",
+        str(sc.duration),
+        "--payload-bytes",
+        "128",
+        "--max-wall",
+        "240",
+        "--out",
+        str(out),
     ]
 
 
@@ -95,8 +120,22 @@ def fanbench(args: list[str], out: Path, label: str) -> dict[str, object]:
 
 def run_socketio(sc: gw.Scenario, peers: Path, out: Path, workdir: Path) -> dict[str, object]:
     rport, port = gw.free_port(), gw.free_port()
-    redis_args = ["taskset", "-c", "1", "redis-server", "--port", str(rport), "--bind",
-                  "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(workdir)]
+    redis_args = [
+        "taskset",
+        "-c",
+        "1",
+        "redis-server",
+        "--port",
+        str(rport),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--dir",
+        str(workdir),
+    ]
     with process(redis_args, workdir / "redis.log") as redis:
         wait_port(rport, "redis")
         env = {**os.environ, "REDIS_URL": f"redis://127.0.0.1:{rport}", "PORT": str(port)}
@@ -105,26 +144,43 @@ def run_socketio(sc: gw.Scenario, peers: Path, out: Path, workdir: Path) -> dict
             wait_port(port, "socket.io")
             args = [
                 *common_args(sc, out),
-                "--server-pid", str(server.pid), "--pid", f"redis={redis.pid}",
-                "--sub", "socketio",
-                "--url", f"ws://127.0.0.1:{port}/socket.io/?EIO=4&transport=websocket",
-                "--subscribe-msg", '42["subscribe","{channel}"]',
-                "--pub", "redis", "--redis-url", f"redis://127.0.0.1:{rport}",
+                "--server-pid",
+                str(server.pid),
+                "--pid",
+                f"redis={redis.pid}",
+                "--sub",
+                "socketio",
+                "--url",
+                f"ws://127.0.0.1:{port}/socket.io/?EIO=4&transport=websocket",
+                "--subscribe-msg",
+                '42["subscribe","{channel}"]',
+                "--pub",
+                "redis",
+                "--redis-url",
+                f"redis://127.0.0.1:{rport}",
             ]
             return fanbench(args, out, f"socketio:{sc.name}")
 
 
 def run_soketi(sc: gw.Scenario, peers: Path, out: Path, workdir: Path) -> dict[str, object]:
-    with process(["taskset", "-c", "0", str(peers / "soketi" / "run.sh")],
-                 workdir / "soketi.log") as server:
+    with process(
+        ["taskset", "-c", "0", str(peers / "soketi" / "run.sh")], workdir / "soketi.log"
+    ) as server:
         wait_port(6001, "soketi")
         args = [
             *common_args(sc, out),
-            "--server-pid", str(server.pid),
-            "--sub", "pusher", "--url", "ws://127.0.0.1:6001/app/app-key?protocol=7",
-            "--channel-fmt", "fan-{ch}",
-            "--subscribe-msg", '{"event":"pusher:subscribe","data":{"channel":"{channel}"}}',
-            "--pub", f"py:{peers / 'soketi' / 'pub.py'}:make",
+            "--server-pid",
+            str(server.pid),
+            "--sub",
+            "pusher",
+            "--url",
+            "ws://127.0.0.1:6001/app/app-key?protocol=7",
+            "--channel-fmt",
+            "fan-{ch}",
+            "--subscribe-msg",
+            '{"event":"pusher:subscribe","data":{"channel":"{channel}"}}',
+            "--pub",
+            f"py:{peers / 'soketi' / 'pub.py'}:make",
         ]
         return fanbench(args, out, f"soketi:{sc.name}")
 

@@ -123,9 +123,24 @@ class Stack:
 
     def start(self) -> None:
         redis = subprocess.Popen(
-            ["taskset", "-c", "1", "redis-server", "--port", str(self.redis_port),
-             "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", str(self.workdir), "--logfile", str(self.workdir / "redis.log")],
+            [
+                "taskset",
+                "-c",
+                "1",
+                "redis-server",
+                "--port",
+                str(self.redis_port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.workdir),
+                "--logfile",
+                str(self.workdir / "redis.log"),
+            ],
         )
         self.procs.append(redis)
         self.redis = redis
@@ -148,7 +163,9 @@ class Stack:
         log = open(self.workdir / "gateway.log", "wb")  # noqa: SIM115 - lives with the process
         gateway = subprocess.Popen(
             ["taskset", "-c", "0", PYTHON, "-m", "gateway.cli", "serve"],
-            env=env, stdout=log, stderr=subprocess.STDOUT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
         self.procs.append(gateway)
         self.gateway = gateway
@@ -194,8 +211,12 @@ async def create_feeds(redis_url: str, channels: int) -> None:
 
 def scrape(port: int) -> dict[str, float]:
     """The gateway's own counters after the run (slow-consumer actions, buffered bytes)."""
-    wanted = ("gateway_slow_consumer_actions_total", "gateway_buffered_bytes",
-              "gateway_items_read_total", "gateway_disconnects_total")
+    wanted = (
+        "gateway_slow_consumer_actions_total",
+        "gateway_buffered_bytes",
+        "gateway_items_read_total",
+        "gateway_disconnects_total",
+    )
     out: dict[str, float] = {}
     text = httpx.get(f"http://127.0.0.1:{port}/metrics").text
     for line in text.splitlines():
@@ -208,24 +229,59 @@ def scrape(port: int) -> dict[str, float]:
 def fanbench_args(sc: Scenario, stack: Stack, out: Path) -> list[str]:
     jwt = token()
     args = [
-        "taskset", "-c", "1", PYTHON, str(FANBENCH), "--cpu", "1",
-        "--server-pid", str(stack.gateway.pid), "--pid", f"redis={stack.redis.pid}",
-        "-n", str(sc.subscribers - sc.stalled), "-c", str(sc.channels),
-        "--channel-fmt", CHANNEL_FMT,
-        "--rate", str(sc.rate), "--window", str(sc.window), "--duration", str(sc.duration),
-        "--payload-bytes", "128", "--pub", f"py:{ROOT / 'bench' / 'fanbench_pub.py'}:make",
-        "--max-wall", "240", "--label", sc.name, "--out", str(out),
+        "taskset",
+        "-c",
+        "1",
+        PYTHON,
+        str(FANBENCH),
+        "--cpu",
+        "1",
+        "--server-pid",
+        str(stack.gateway.pid),
+        "--pid",
+        f"redis={stack.redis.pid}",
+        "-n",
+        str(sc.subscribers - sc.stalled),
+        "-c",
+        str(sc.channels),
+        "--channel-fmt",
+        CHANNEL_FMT,
+        "--rate",
+        str(sc.rate),
+        "--window",
+        str(sc.window),
+        "--duration",
+        str(sc.duration),
+        "--payload-bytes",
+        "128",
+        "--pub",
+        f"py:{ROOT / 'bench' / 'fanbench_pub.py'}:make",
+        "--max-wall",
+        "240",
+        "--label",
+        sc.name,
+        "--out",
+        str(out),
     ]
     if sc.transport == "ws":
         args += [
-            "--sub", "ws", "--url", f"ws://127.0.0.1:{stack.gw_port}/v1/ws",
-            "--sub-proto", f"gateway.v1,bearer.{jwt}",
-            "--subscribe-msg", '{"type":"subscribe","feed":"team/{channel}"}',
+            "--sub",
+            "ws",
+            "--url",
+            f"ws://127.0.0.1:{stack.gw_port}/v1/ws",
+            "--sub-proto",
+            f"gateway.v1,bearer.{jwt}",
+            "--subscribe-msg",
+            '{"type":"subscribe","feed":"team/{channel}"}',
         ]
     else:
         args += [
-            "--sub", "sse", "--url", f"http://127.0.0.1:{stack.gw_port}/v1/teams/{{channel}}/events",
-            "--ws-header", f"Authorization: Bearer {jwt}",
+            "--sub",
+            "sse",
+            "--url",
+            f"http://127.0.0.1:{stack.gw_port}/v1/teams/{{channel}}/events",
+            "--ws-header",
+            f"Authorization: Bearer {jwt}",
         ]
     return args + sc.extra
 
@@ -240,9 +296,21 @@ def run(sc: Scenario, out: Path, keep: bool) -> dict[str, object]:
         before = out.read_text().count("\n") if out.exists() else 0
         if sc.stalled:
             stalled = subprocess.Popen(
-                ["taskset", "-c", "1", PYTHON, str(ROOT / "bench" / "stalled.py"),
-                 "--url", f"ws://127.0.0.1:{stack.gw_port}/v1/ws", "--token", token(),
-                 "--feed", "team/" + CHANNEL_FMT.format(ch=0), "-n", str(sc.stalled)],
+                [
+                    "taskset",
+                    "-c",
+                    "1",
+                    PYTHON,
+                    str(ROOT / "bench" / "stalled.py"),
+                    "--url",
+                    f"ws://127.0.0.1:{stack.gw_port}/v1/ws",
+                    "--token",
+                    token(),
+                    "--feed",
+                    "team/" + CHANNEL_FMT.format(ch=0),
+                    "-n",
+                    str(sc.stalled),
+                ],
                 stdout=subprocess.PIPE,
             )
             stack.procs.append(stalled)

@@ -17,18 +17,24 @@ import structlog
 from gateway.auth import Authenticator
 from gateway.config import Settings
 from gateway.errors import Unavailable
+from gateway.fanout.foldcache import FoldCache
 from gateway.fanout.hub import Hooks, Hub
-from gateway.feed import FeedKind
-from gateway.http.routes import Routes
+from gateway.http.connections import Connections, Ticker
+from gateway.http.cors import Cors
+from gateway.http.router import Router
+from gateway.http.routes import ROUTES
 from gateway.http.server import HttpServer, Request, Responder
-from gateway.log.base import FeedLog
-from gateway.log.inbox import Inbox
-from gateway.log.memory import MemoryLog
-from gateway.log.redis import RedisLog
+from gateway.http.services import Services
+from gateway.inbox import INBOXES, Inbox
+from gateway.limits import ConnectionLimits, PublishRate
 from gateway.metrics import Metrics
-from gateway.producer import Publisher
+from gateway.publisher import Publisher
+from gateway.store.base import Backend
+from gateway.store.memory import memory_backend
+from gateway.store.redis import redis_backend
 
 log = structlog.get_logger("gateway")
+
 
 def configure_logging(settings: Settings, stream: TextIO | None = None) -> None:
     """Log with structlog to ``stream`` (default stderr): one JSON object per line
@@ -66,14 +72,14 @@ class Gateway:
     """A running node: its parts and the port it listens on."""
 
     settings: Settings
-    log: FeedLog
+    backend: Backend
     metrics: Metrics
     hub: Hub
     publisher: Publisher
     server: HttpServer
     port: int
-    inbox: Inbox | None
-    routes: Routes
+    inboxes: list[Inbox]
+    services: Services
 
     @property
     def draining(self) -> bool:
@@ -92,14 +98,7 @@ class Gateway:
         """
         self.hub.draining = True
         self.server.stop_listening()
-        closers: list[Callable[[], None]] = [session.shutdown for session in self.routes.sessions]
-        ws_subs = {id(sub) for session in self.routes.sessions for sub in session.subs.values()}
-        closers += [
-            sub.close
-            for channel in list(self.hub.channels.values())
-            for sub in channel.subs
-            if id(sub) not in ws_subs
-        ]
+        closers: list[Callable[[], None]] = [c.shutdown for c in self.services.connections]
         log.info("draining", connections=len(closers), window_seconds=window)
         slices = max(1, min(len(closers), int(window * 10)))
         for index in range(slices):
@@ -109,22 +108,24 @@ class Gateway:
                 await anyio.sleep(window / slices)
 
 
-def build_log(settings: Settings) -> FeedLog:
+def build_backend(settings: Settings, metrics: Metrics | None = None) -> Backend:
+    """The backend the settings name: Redis when a URL is set, else the embedded one."""
     if settings.redis_url:
-        return RedisLog(
+        return redis_backend(
             settings.redis_url,
             prefix=settings.redis_prefix,
             node_id=settings.node_id,
             max_connections=settings.redis_max_connections,
+            metrics=metrics,
         )
-    return MemoryLog()
+    return memory_backend()
 
 
 @contextlib.asynccontextmanager
 async def running(
     settings: Settings,
     *,
-    feed_log: FeedLog | None = None,
+    backend: Backend | None = None,
     hooks: Hooks | None = None,
     metrics: Metrics | None = None,
 ) -> AsyncIterator[Gateway]:
@@ -133,11 +134,10 @@ async def running(
     Tests use this to run real nodes on free ports; ``gateway serve`` uses :func:`serve`.
     """
     metrics = metrics or Metrics()
-    feed_log = feed_log or build_log(settings)
-    if isinstance(feed_log, RedisLog) and feed_log.metrics is None:
-        feed_log.metrics = metrics
+    backend = backend or build_backend(settings, metrics)
     hub = Hub(
-        feed_log,
+        backend.feeds,
+        backend.live,
         metrics,
         read_batch=settings.read_batch,
         read_block_ms=settings.read_block_ms,
@@ -148,42 +148,45 @@ async def running(
         hooks=hooks,
     )
     metrics.buffered_bytes.set_function(lambda: hub.budget.total)
+    folds = FoldCache(backend.feeds, backend.folds)
     publisher = Publisher(
-        feed_log,
+        backend.feeds,
+        backend.live,
+        folds,
         metrics,
         team_retention=settings.team_retention,
         run_retention=settings.run_retention,
         run_finished_ttl=settings.run_finished_ttl_seconds,
         agui_strict=settings.agui_strict,
     )
-    # One inbox per feed kind (team, run) when the log is Redis.
+    # One consumer per inbox, when the backend has inboxes.
     inboxes: list[Inbox] = []
-    if isinstance(feed_log, RedisLog):
+    if backend.inbox is not None:
         inboxes = [
             Inbox(
-                feed_log,
+                backend.inbox(kind.name),
+                kind,
                 publisher,
                 metrics,
-                prefix=settings.redis_prefix,
                 max_body_bytes=settings.max_body_bytes,
                 claim_ms=settings.inbox_claim_ms,
                 block_ms=settings.read_block_ms,
-                kind=kind,
             )
-            for kind in (FeedKind.TEAM, FeedKind.RUN)
+            for kind in INBOXES
         ]
 
     # A read loop that has not completed a read (an empty one counts) for this long is
     # stuck: a blocking read returns within read_block_ms.
     stalled_after = settings.ready_stall_seconds + settings.read_block_ms / 1000
+    ping = backend.ping
 
     async def check() -> tuple[bool, str]:
         if hub.draining:
             return False, "draining"
-        if isinstance(feed_log, RedisLog):
+        if ping is not None:
             try:
                 with anyio.fail_after(2):
-                    await feed_log.ping()
+                    await ping()
             except (Unavailable, TimeoutError):
                 return False, "redis does not answer"
         now = anyio.current_time()
@@ -191,7 +194,7 @@ async def running(
             return False, "feed reader is not making progress"
         for inbox in inboxes:
             if now - inbox.last_progress > stalled_after:
-                return False, f"{inbox.kind.value} inbox reader is not making progress"
+                return False, f"{inbox.name} inbox reader is not making progress"
         return True, "ok"
 
     async def ready() -> tuple[bool, str]:
@@ -199,49 +202,49 @@ async def running(
         metrics.ready.set(1 if ok else 0)
         return ok, why
 
+    def limited(limit: str) -> None:
+        metrics.limited.labels(limit=limit).inc()
+
     # A key file that is missing or broken at start-up is a configuration error.
     authenticator = Authenticator.from_settings(settings)
+    connections = Connections()
+    services = Services(
+        settings=settings,
+        hub=hub,
+        feeds=backend.feeds,
+        folds=folds,
+        publisher=publisher,
+        auth=authenticator,
+        metrics=metrics,
+        limits=ConnectionLimits(settings.max_connections, settings.max_tenant_connections, limited),
+        publish_rate=PublishRate(settings.publish_rate, settings.publish_burst, on_limited=limited),
+        cors=Cors(settings.cors_origins),
+        connections=connections,
+        ready=ready,
+    )
     async with anyio.create_task_group() as tg:
-        routes = Routes(settings, hub, publisher, authenticator, metrics, ready)
+        router = Router(ROUTES, services)
 
         def observe(request: Request, responder: Responder) -> None:
-            path = request.path
-            if path.startswith("/v1/teams/"):
-                route = "team_events"
-            elif path.startswith(("/v1/threads/", "/v1/ui/")):
-                route = "run_events"
-            elif path in ("/healthz", "/readyz", "/metrics", "/openapi.json"):
-                route = path
-            else:
-                route = "other"
-            metrics.http_requests.labels(route=route, status=str(responder.status)).inc()
+            metrics.http_requests.labels(route=request.route, status=str(responder.status)).inc()
 
-        server = HttpServer(routes, tg, max_body=settings.max_body_bytes, observe=observe)
+        server = HttpServer(router, tg, max_body=settings.max_body_bytes, observe=observe)
         hub.last_progress = anyio.current_time()
         tg.start_soon(hub.run)
-        tg.start_soon(routes.websocket.keepalive.run)
+        ticker = Ticker(connections, settings.ws_ping_interval, settings.ws_ping_timeout)
+        tg.start_soon(ticker.run)
         for inbox in inboxes:
             inbox.last_progress = anyio.current_time()
             tg.start_soon(inbox.run)
         port = await server.start(settings.host, settings.port)
-        node = Gateway(
-            settings,
-            feed_log,
-            metrics,
-            hub,
-            publisher,
-            server,
-            port,
-            inboxes[0] if inboxes else None,
-            routes,
-        )
+        node = Gateway(settings, backend, metrics, hub, publisher, server, port, inboxes, services)
         try:
             yield node
         finally:
             server.stop_listening()
             server.close_all()
             tg.cancel_scope.cancel()
-    await feed_log.aclose()
+    await backend.aclose()
 
 
 async def serve(settings: Settings) -> None:
@@ -267,7 +270,7 @@ async def serve(settings: Settings) -> None:
             log.info(
                 "gateway listening",
                 url=node.url,
-                log="redis" if node.log.durable else "embedded",
+                log=node.backend.name,
                 keepalive_seconds=settings.keepalive_seconds,
             )
             async for signum in signals:

@@ -218,8 +218,11 @@ class _KeyFile:
         try:
             keys = self._loader(self.path)
         except (OSError, ValueError) as exc:
-            log.warning("key file unusable; keeping the previous keys", path=self.path,
-                        error=str(exc) if isinstance(exc, ValueError) else exc.strerror)
+            log.warning(
+                "key file unusable; keeping the previous keys",
+                path=self.path,
+                error=str(exc) if isinstance(exc, ValueError) else exc.strerror,
+            )
             return self.keys
         self.keys = keys
         log.info("key file reloaded", path=self.path, keys=len(keys))
@@ -248,11 +251,25 @@ class Authenticator:
         self._secret = secret
         self._files: list[_KeyFile] = []
         if public_key_file is not None:
-            self._files.append(_KeyFile(public_key_file, load_pem_keys, "jwt_public_key_file",
-                                        interval=reload_interval, clock=clock))
+            self._files.append(
+                _KeyFile(
+                    public_key_file,
+                    load_pem_keys,
+                    "jwt_public_key_file",
+                    interval=reload_interval,
+                    clock=clock,
+                )
+            )
         if jwks_file is not None:
-            self._files.append(_KeyFile(jwks_file, load_jwks_keys, "jwt_jwks_file",
-                                        interval=reload_interval, clock=clock))
+            self._files.append(
+                _KeyFile(
+                    jwks_file,
+                    load_jwks_keys,
+                    "jwt_jwks_file",
+                    interval=reload_interval,
+                    clock=clock,
+                )
+            )
         self._audience = audience
         self._issuers = tuple(issuers)
         self._leeway = leeway

@@ -274,6 +274,4 @@ class _Retry(Exception):
     """Reconnect (with backoff) and resume."""
 
 
-
-
 __all__ = ["Cursor", "Event", "FeedClient", "FeedError", "Item", "Restarted"]

@@ -35,11 +35,15 @@ class ErrorCode(enum.StrEnum):
 
 
 class CloseCode(enum.IntEnum):
-    """WebSocket close codes of the ``gateway.v1`` protocol (decisions D6)."""
+    """WebSocket close codes of the ``gateway.v1`` protocol (docs/contract.md D6)."""
 
     GOING_AWAY = 1001
     POLICY_VIOLATION = 1008
     MESSAGE_TOO_BIG = 1009
+    #: The peer stopped answering pings (RFC 6455 "internal error"; what websockets
+    #: itself sends on a keepalive timeout).  The connection is aborted, so the client
+    #: rarely sees it.
+    KEEPALIVE_TIMEOUT = 1011
     SERVICE_RESTART = 1012
     UNAUTHENTICATED = 4001
     TOO_SLOW = 4008

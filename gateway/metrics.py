@@ -36,7 +36,15 @@ DISCONNECT_REASONS = ("client", "slow", "shutdown", "auth", "error", "reset")
 
 #: The Redis commands timed by ``gateway_redis_command_seconds{command}``.
 REDIS_COMMANDS = (
-    "append", "append_many", "state", "xread", "xrange", "verify", "inbox", "wake", "ping",
+    "append",
+    "append_many",
+    "state",
+    "xread",
+    "xrange",
+    "verify",
+    "inbox",
+    "wake",
+    "ping",
 )
 
 # Histogram buckets (upper bounds).

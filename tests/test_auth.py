@@ -147,8 +147,15 @@ def test_missing_required_claim(claim: str) -> None:
 
 @pytest.mark.parametrize(
     ("claim", "value"),
-    [("sub", ""), ("iss", ""), ("tenant", ""), ("sub", 5), ("tenant", ["acme"]),
-     ("iss", None), ("exp", "tomorrow")],
+    [
+        ("sub", ""),
+        ("iss", ""),
+        ("tenant", ""),
+        ("sub", 5),
+        ("tenant", ["acme"]),
+        ("iss", None),
+        ("exp", "tomorrow"),
+    ],
 )
 def test_bad_required_claim(claim: str, value: Any) -> None:
     rejected(hand_signed(claims(**{claim: value})))
@@ -243,7 +250,8 @@ def write_pem(path: Path, key: PrivateKey) -> str:
 def jwk(key: PrivateKey, kid: str | None, alg: str | None = None) -> dict[str, Any]:
     public = key.public_key()
     text = (
-        RSAAlgorithm.to_jwk(public) if isinstance(public, rsa.RSAPublicKey)
+        RSAAlgorithm.to_jwk(public)
+        if isinstance(public, rsa.RSAPublicKey)
         else ECAlgorithm.to_jwk(public)
     )
     entry: dict[str, Any] = json.loads(text)
@@ -295,8 +303,9 @@ def test_jwks_keys_verify_by_kid(tmp_path: Path, key: PrivateKey) -> None:
     # of another algorithm: all rejected.
     rejected(sign(claims(), key, kid="k2"), auth)
     assert rejected(sign(claims(), key, kid="nope"), auth) == "unknown key"
-    assert "signature" in rejected(sign(claims(), ec_key() if key is EC_KEY else rsa_key(),
-                                        kid="k1"), auth)
+    assert "signature" in rejected(
+        sign(claims(), ec_key() if key is EC_KEY else rsa_key(), kid="k1"), auth
+    )
 
 
 def test_jwks_key_without_kid_matches_by_algorithm(tmp_path: Path) -> None:
@@ -470,8 +479,9 @@ def test_bad_or_missing_pem_file_is_a_configuration_error(tmp_path: Path) -> Non
     with pytest.raises(ValueError, match="jwt_public_key_file"):
         Authenticator(None, public_key_file=str(tmp_path / "bad.pem"))
     with pytest.raises(ValueError, match="P-256"):
-        Authenticator(None, public_key_file=write_pem(tmp_path / "p384.pem",
-                                                      ec_key(ec.SECP384R1())))
+        Authenticator(
+            None, public_key_file=write_pem(tmp_path / "p384.pem", ec_key(ec.SECP384R1()))
+        )
     with pytest.raises(ValueError, match="jwt_jwks_file"):
         Authenticator(None, jwks_file=str(tmp_path / "missing.json"))
 

@@ -65,8 +65,16 @@ def test_token_is_accepted_by_the_authenticator() -> None:
     team = str(uuid.uuid4())
     before = time.time()
     result = run(
-        "token", "--tenant", "acme", "--scope", "subscribe publish", "--teams", team,
-        "--ttl", "60", env=clean_env(GATEWAY_JWT_SECRET=SECRET),
+        "token",
+        "--tenant",
+        "acme",
+        "--scope",
+        "subscribe publish",
+        "--teams",
+        team,
+        "--ttl",
+        "60",
+        env=clean_env(GATEWAY_JWT_SECRET=SECRET),
     )
     assert result.returncode == 0, result.stderr
     token = result.stdout.strip()
@@ -85,7 +93,13 @@ def test_token_is_accepted_by_the_authenticator() -> None:
 def test_token_with_several_teams_and_one_scope() -> None:
     teams = [str(uuid.uuid4()), str(uuid.uuid4())]
     result = run(
-        "token", "--tenant", "globex", "--scope", "subscribe", "--teams", *teams,
+        "token",
+        "--tenant",
+        "globex",
+        "--scope",
+        "subscribe",
+        "--teams",
+        *teams,
         env=clean_env(GATEWAY_JWT_SECRET=SECRET),
     )
     assert result.returncode == 0, result.stderr
@@ -117,22 +131,31 @@ def test_serve_help_lists_every_setting_with_flag_and_variable() -> None:
     defaults = Settings()
     names = [n for n in SETTINGS_HELP if n not in ENV_ONLY]
     for name in ENV_ONLY:  # secrets have no flag; the epilog lists them
-        epilog = text[text.find(squash("environment only")):]
+        epilog = text[text.find(squash("environment only")) :]
         assert squash(f"{env_name(name)} {SETTINGS_HELP[name]}") in epilog, name
         assert squash(f"[env {env_name(name)}; default {getattr(defaults, name)!r}]") in epilog
     anchors = [squash(f"{flag_name(n)} {n.upper()}") for n in names]
     positions = [text.find(a, text.find("options:")) for a in anchors]
-    assert all(p >= 0 for p in positions), [a for a, p in zip(anchors, positions, strict=True)
-                                            if p < 0]
+    assert all(p >= 0 for p in positions), [
+        a for a, p in zip(anchors, positions, strict=True) if p < 0
+    ]
     assert positions == sorted(positions)
     for i, name in enumerate(names):
         end = positions[i + 1] if i + 1 < len(names) else len(text)
-        entry = text[positions[i]:end]
+        entry = text[positions[i] : end]
         assert squash(SETTINGS_HELP[name]) in entry, name
         assert squash(f"[env {env_name(name)}; default {getattr(defaults, name)!r}]") in entry, name
     # The settings D8 names are all there.
-    for name in ("host", "port", "redis_url", "jwt_secret", "keepalive_seconds",
-                 "team_retention", "run_retention", "max_body_bytes"):
+    for name in (
+        "host",
+        "port",
+        "redis_url",
+        "jwt_secret",
+        "keepalive_seconds",
+        "team_retention",
+        "run_retention",
+        "max_body_bytes",
+    ):
         assert name in SETTINGS_HELP
 
 

@@ -51,12 +51,15 @@ def test_reads_the_process_environment_by_default(monkeypatch: pytest.MonkeyPatc
 
 
 def test_int_and_float_coercion() -> None:
-    s = load({}, {
-        "GATEWAY_PORT": " 8081 ",
-        "GATEWAY_TEAM_RETENTION": "3",
-        "GATEWAY_INBOX_CLAIM_MS": "250",
-        "GATEWAY_KEEPALIVE_SECONDS": "0.25",
-    })
+    s = load(
+        {},
+        {
+            "GATEWAY_PORT": " 8081 ",
+            "GATEWAY_TEAM_RETENTION": "3",
+            "GATEWAY_INBOX_CLAIM_MS": "250",
+            "GATEWAY_KEEPALIVE_SECONDS": "0.25",
+        },
+    )
     assert s.port == 8081 and isinstance(s.port, int)
     assert s.team_retention == 3 and s.inbox_claim_ms == 250
     assert s.keepalive_seconds == 0.25 and isinstance(s.keepalive_seconds, float)
@@ -65,8 +68,18 @@ def test_int_and_float_coercion() -> None:
 
 @pytest.mark.parametrize(
     ("raw", "value"),
-    [("1", True), ("true", True), ("TRUE", True), (" yes ", True), ("on", True),
-     ("0", False), ("false", False), ("False", False), ("no", False), ("OFF", False)],
+    [
+        ("1", True),
+        ("true", True),
+        ("TRUE", True),
+        (" yes ", True),
+        ("on", True),
+        ("0", False),
+        ("false", False),
+        ("False", False),
+        ("no", False),
+        ("OFF", False),
+    ],
 )
 def test_bool_coercion(raw: str, value: bool) -> None:
     assert load({}, {"GATEWAY_UVLOOP": raw}).uvloop is value
@@ -99,8 +112,16 @@ def test_bad_bool_names_the_setting() -> None:
 
 
 POSITIVE = [
-    "port", "team_retention", "run_retention", "max_body_bytes", "history_page",
-    "max_queue_bytes", "read_batch", "read_block_ms", "inbox_claim_ms", "keepalive_seconds",
+    "port",
+    "team_retention",
+    "run_retention",
+    "max_body_bytes",
+    "history_page",
+    "max_queue_bytes",
+    "read_batch",
+    "read_block_ms",
+    "inbox_claim_ms",
+    "keepalive_seconds",
 ]
 
 
@@ -167,7 +188,10 @@ def test_jwt_key_settings(tmp_path: Path) -> None:
     assert config.issuers(DEFAULTS) == ()
     assert DEFAULTS.jwt_leeway_seconds == 5
     assert (DEFAULTS.jwt_public_key_file, DEFAULTS.jwt_jwks_file, DEFAULTS.jwt_audience) == (
-        None, None, None)
+        None,
+        None,
+        None,
+    )
     # Secrets stay environment-only; file paths and the rest have flags.
     assert sorted(config.ENV_ONLY) == ["jwt_secret"]
     s = parse_serve_args(["--jwt-public-key-file", str(pem), "--jwt-leeway-seconds", "0"], {})

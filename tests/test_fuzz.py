@@ -14,8 +14,9 @@ from gateway.wire import ws
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=30),
-    lambda children: st.lists(children, max_size=5)
-    | st.dictionaries(st.text(max_size=12), children, max_size=5),
+    lambda children: (
+        st.lists(children, max_size=5) | st.dictionaries(st.text(max_size=12), children, max_size=5)
+    ),
     max_leaves=30,
 )
 
@@ -65,8 +66,6 @@ def test_websocket_decoder_json_shapes(value: Any) -> None:
 )
 def test_publish_body_validation(body: Any) -> None:
     try:
-        validate_team_publish(
-            body, tenant="acme", team="0190f5a2-7c1e-7b3d-8a4f-000000000001"
-        )
+        validate_team_publish(body, tenant="acme", team="0190f5a2-7c1e-7b3d-8a4f-000000000001")
     except GatewayError as exc:
         assert exc.code == "invalid_request" and exc.message

@@ -18,7 +18,7 @@ from websockets.asyncio.client import ClientConnection
 
 from gateway import __version__
 from gateway.app import Gateway
-from gateway.fanout.subscriber import SubState
+from gateway.fanout.subscription import SubState
 from gateway.feed import team_feed
 from gateway.metrics import DISCONNECT_REASONS, LoopHistogram
 from tests.support import events as ev
@@ -67,9 +67,11 @@ async def test_a_live_delivery_is_measured_once_per_batch(
         await ws.send(json.dumps({"type": "subscribe", "feed": f"team/{team}", "after": first}))
         assert (await recv(ws))[1]["type"] == "subscribed"
         await until(
-            lambda: feed in node.hub.channels
-            and len(node.hub.channels[feed].subs) == 2
-            and all(s.state is SubState.LIVE for s in node.hub.channels[feed].subs),
+            lambda: (
+                feed in node.hub.channels
+                and len(node.hub.channels[feed].subs) == 2
+                and all(s.state is SubState.LIVE for s in node.hub.channels[feed].subs)
+            ),
             5,
             "both subscriptions live",
         )
@@ -103,8 +105,10 @@ async def test_a_live_delivery_is_measured_once_per_batch(
     # Both clients went away.
     await until(lambda: subs(node, "sse") == 0 and subs(node, "ws") == 0, 5, "subscriptions end")
     await until(
-        lambda: metric(node, "gateway_connections", transport="sse") == 0
-        and metric(node, "gateway_connections", transport="ws") == 0,
+        lambda: (
+            metric(node, "gateway_connections", transport="sse") == 0
+            and metric(node, "gateway_connections", transport="ws") == 0
+        ),
         5,
         "connections end",
     )
@@ -181,7 +185,7 @@ async def test_drained_sse_stream_counts_as_shutdown_and_ready_goes_to_zero(
         "the drain is counted",
     )
     # The node no longer listens: ask the check behind /readyz directly.
-    assert await node.routes.ready() == (False, "draining")
+    assert await node.services.ready() == (False, "draining")
     assert metric(node, "gateway_ready") == 0
 
 
@@ -217,4 +221,3 @@ def test_loop_histogram_buckets_are_cumulative_and_inclusive() -> None:
     assert samples[("h_seconds_bucket", "+Inf")] == 5
     assert samples[("h_seconds_count", None)] == 5
     assert samples[("h_seconds_sum", None)] == pytest.approx(8.65)
-

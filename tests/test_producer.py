@@ -54,7 +54,7 @@ def team_item(cursor: Cursor, body: dict[str, Any]) -> str:
 
 
 async def state(node: Gateway, team: str, tenant: str = TENANT) -> FeedState | None:
-    return await node.log.state(team_feed(tenant, team))
+    return await node.backend.feeds.state(team_feed(tenant, team))
 
 
 async def test_publishes_one_and_a_batch_to_sse_followers(

@@ -22,18 +22,13 @@ import structlog
 from gateway.cursor import Cursor
 from gateway.errors import InvalidCursor, NotFound, Unavailable
 from gateway.fanout.flight import SingleFlight
-from gateway.fanout.subscriber import (
-    Chunk,
-    Format,
-    NodeBudget,
-    Subscription,
-    SubState,
-    end_index,
-)
+from gateway.fanout.outbox import NodeBudget
+from gateway.fanout.subscription import Chunk, Subscription, SubState, end_index
 from gateway.feed import FeedKey, FeedKind, FeedState, StoredItem
-from gateway.log.base import Batch, FeedLog
 from gateway.metrics import Metrics
 from gateway.resume import Restart, plan, restart_cursor
+from gateway.store.base import Batch, FeedStore, LiveFeed
+from gateway.wire.format import Format
 
 log = structlog.get_logger("gateway.hub")
 
@@ -78,7 +73,7 @@ class _Encoded:
     def __init__(self, transport: str, chunks: list[Chunk]) -> None:
         self.transport = transport
         self.chunks = chunks
-        self.size = sum(len(chunk.joined) for chunk in chunks)
+        self.size = sum(len(chunk.data) for chunk in chunks)
         self.taken = 0
 
 
@@ -112,7 +107,8 @@ class Hub:
 
     def __init__(
         self,
-        feed_log: FeedLog,
+        feeds: FeedStore,
+        live: LiveFeed,
         metrics: Metrics,
         *,
         read_batch: int = 1000,
@@ -123,7 +119,8 @@ class Hub:
         linger_ms: float = 2.0,
         hooks: Hooks | None = None,
     ) -> None:
-        self.log = feed_log
+        self.feeds = feeds
+        self.live = live
         self.metrics = metrics
         self.read_batch = read_batch
         self.read_block_ms = read_block_ms
@@ -174,7 +171,7 @@ class Hub:
         except InvalidCursor:
             # The state may be a read shared with joins that started before this
             # cursor was handed out: judge the cursor against a fresh read.
-            fresh = await self.log.state(feed)
+            fresh = await self.feeds.state(feed)
             if fresh is None:
                 raise NotFound("no such feed") from None
             state = fresh
@@ -194,7 +191,7 @@ class Hub:
         return sub
 
     async def _state(self, feed: FeedKey) -> FeedState | None:
-        return await self._states.do(feed, lambda: self.log.state(feed))
+        return await self._states.do(feed, lambda: self.feeds.state(feed))
 
     async def wait_idle(self) -> None:
         """Return once no subscription is open on this node."""
@@ -213,7 +210,7 @@ class Hub:
             channel.subs.add(sub)
             self._changed.set()
             try:
-                await self.log.wake()
+                await self.live.wake()
             except BaseException:
                 # Cancelled (or failed) before the caller holds the subscription: it
                 # could never close it, so close it here.
@@ -231,7 +228,7 @@ class Hub:
         when a run feed was deleted (its grace period ended) while it was read, and
         Unavailable when the store fails.
         """
-        if sub.joined:  # a slow consumer's catch-up, not a join
+        if sub.replayed:  # a slow consumer's catch-up, not a join
             await self._catch_up(sub, write, [])
             return
         pages: list[int] = []
@@ -239,7 +236,7 @@ class Hub:
             await self._catch_up(sub, write, pages)
         finally:
             # The join's replay, observed once however it ended.
-            sub.joined = True
+            sub.replayed = True
             self.metrics.replay_items.observe(sum(pages))
 
     async def _catch_up(
@@ -264,7 +261,7 @@ class Hub:
             position = sub.position
             items = await self._pages.do(
                 (feed, position, limit),
-                functools.partial(self.log.read, feed, position, limit),
+                functools.partial(self.feeds.read, feed, position, limit),
             )
             if not items:
                 if not await self._check_position(sub):
@@ -313,7 +310,7 @@ class Hub:
         Raises NotFound when the feed is a run that was deleted meanwhile.
         """
         # A fresh read: a restart must not rest on a stale, shared one.
-        state = await self.log.state(sub.feed)
+        state = await self.feeds.state(sub.feed)
         if state is None and sub.feed.kind is FeedKind.RUN:
             # A run feed is deleted on purpose when its grace period ends (D7): nothing
             # more will come, so a join that meets the deletion is told what a new
@@ -368,7 +365,7 @@ class Hub:
                     await self._changed.wait()
                 continue
             try:
-                batches = await self.log.read_new(
+                batches = await self.live.read_new(
                     self._positions, count=self.read_batch, block_ms=self.read_block_ms
                 )
             except Unavailable as exc:

@@ -44,7 +44,7 @@ REQUEST_HEAD_SECONDS = 30.0
 
 
 class Request:
-    __slots__ = ("body", "headers", "http11", "method", "path", "query", "raw_target")
+    __slots__ = ("body", "headers", "http11", "method", "path", "query", "raw_target", "route")
 
     def __init__(self, method: str, target: bytes, headers: dict[str, str], http11: bool) -> None:
         self.method = method
@@ -55,6 +55,8 @@ class Request:
         self.headers = headers
         self.http11 = http11
         self.body = b""
+        #: The name of the route that matched (set by the router; metrics label it).
+        self.route = "other"
 
     def query_one(self, name: str) -> str | None:
         values = self.query.get(name)

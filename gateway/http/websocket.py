@@ -1,4 +1,4 @@
-"""``GET /v1/ws``: the ``gateway.v1`` WebSocket protocol (decisions D6).
+"""``GET /v1/ws``: the ``gateway.v1`` WebSocket transport (docs/contract.md D6).
 
 The handshake and every frame the client sends go through the ``websockets``
 library's sans-I/O protocol (``ServerProtocol``), which also answers pings and
@@ -6,15 +6,17 @@ enforces the inbound message size.  Event frames for subscriptions are the share
 pre-encoded bytes the hub writes straight into the transport; control messages
 (``subscribed``, ``error``, pings, close) go through the protocol object.
 
-One :class:`Session` per socket: its task group holds a task per subscription, the
-pinger and the token-expiry watch.  Nothing a socket does affects another socket.
+One :class:`Session` per socket, many subscriptions each run by the shared
+:class:`~gateway.fanout.driver.Driver`: a subscription keeps a task only while it joins or
+catches up; live, the hub's state change wakes it (:meth:`_Entry.wake`).  The node's
+:class:`~gateway.http.connections.Ticker` drives every socket's pings and token expiry.
+Nothing a socket does affects another socket.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import time
 
 import anyio
 import anyio.abc
@@ -26,9 +28,8 @@ from websockets.protocol import State
 from websockets.server import ServerProtocol
 from websockets.typing import Subprotocol
 
-from gateway.agui.folds import Folds
-from gateway.auth import Authenticator, Principal, bearer_token
-from gateway.config import Settings
+from gateway import access
+from gateway.auth import Principal, bearer_token
 from gateway.cursor import Cursor, parse_cursor
 from gateway.errors import (
     CloseCode,
@@ -36,16 +37,16 @@ from gateway.errors import (
     Forbidden,
     GatewayError,
     InvalidRequest,
-    MethodNotAllowed,
     NotFound,
     Unavailable,
 )
-from gateway.fanout.hub import Hub
-from gateway.fanout.subscriber import Outbox, Overflows, Subscription, SubState
-from gateway.feed import FeedKey, FeedKind, is_run_part, is_team_id
+from gateway.fanout.driver import Driver, EndReason
+from gateway.fanout.outbox import Outbox
+from gateway.fanout.policy import Overflows
+from gateway.fanout.subscription import Subscription
+from gateway.feed import FeedKey, FeedKind
 from gateway.http.server import Request, Responder, Stream, connection_id
-from gateway.limits import ConnectionLimits
-from gateway.metrics import Metrics
+from gateway.http.services import Services
 from gateway.wire import ws
 from gateway.wire.formats import RUN_WS, TEAM_WS
 
@@ -53,29 +54,7 @@ log = structlog.get_logger("gateway.ws")
 
 #: How long a closing socket waits for the client's close frame.
 CLOSE_TIMEOUT = 2.0
-
-
-def feed_key(principal: Principal, name: str) -> FeedKey:
-    """Map a public feed name to this principal's feed; NotFound for what it may not read.
-
-    Raises InvalidRequest for a name that is not ``team/<id>`` or
-    ``run/<thread>/<run>``.
-    """
-    kind, slash, rest = name.partition("/")
-    if not slash:
-        raise InvalidRequest("feed: must be team/<team_id> or run/<thread_id>/<run_id>")
-    if kind == "team":
-        if not is_team_id(rest) or not principal.may_read_team(rest):
-            raise NotFound("no such feed")
-        return FeedKey(principal.tenant, FeedKind.TEAM, rest)
-    if kind == "run":
-        thread, _, run = rest.partition("/")
-        if not is_run_part(thread) or not is_run_part(run):
-            raise InvalidRequest("feed: run feeds are run/<thread_id>/<run_id>")
-        if principal.threads is not None and thread not in principal.threads:
-            raise NotFound("no such feed")
-        return FeedKey(principal.tenant, FeedKind.RUN, f"{thread}/{run}")
-    raise InvalidRequest("feed: must be team/<team_id> or run/<thread_id>/<run_id>")
+TRANSPORT = "ws"
 
 
 def _offered_subprotocols(request: Request) -> list[str]:
@@ -84,16 +63,20 @@ def _offered_subprotocols(request: Request) -> list[str]:
 
 
 class _Entry:
-    """One feed of a socket: the subscription (once open) and the task driving it, if any."""
+    """One feed of a socket: its driver (once opened) and the task driving it, if any."""
 
-    __slots__ = ("name", "scope", "session", "sub")
+    __slots__ = ("driver", "name", "scope", "session")
 
     def __init__(self, session: Session, name: str) -> None:
         self.session = session
         self.name = name
-        self.sub: Subscription | None = None
+        self.driver: Driver | None = None
         #: The scope of the task driving the subscription (None while it is live).
         self.scope: anyio.CancelScope | None = None
+
+    @property
+    def sub(self) -> Subscription | None:
+        return None if self.driver is None else self.driver.sub
 
     def wake(self, sub: Subscription) -> None:
         """The hub changed a live subscription's state: start a task to act on it."""
@@ -114,7 +97,8 @@ class _Entry:
         if sub is not None:
             sub.notify = None
             sub.close()
-            self.session.hub.close(sub)
+        if self.driver is not None:
+            self.driver.close()
 
 
 class Session:
@@ -122,30 +106,23 @@ class Session:
 
     def __init__(
         self,
+        services: Services,
         *,
-        hub: Hub,
-        authenticator: Authenticator,
-        settings: Settings,
-        metrics: Metrics,
         principal: Principal,
         stream: Stream,
         protocol: ServerProtocol,
         remote: str = "",
-        folds: Folds,
     ) -> None:
         #: This connection's id in the logs, and the client's address.
         self.conn_id = connection_id()
         self.remote = remote
-        self.hub = hub
-        self.auth = authenticator
-        self.settings = settings
-        self.metrics = metrics
-        #: The node's run-fold cache (the D7 prelude of run feeds).
-        self.folds = folds
+        self.services = services
+        self.settings = services.settings
+        self.metrics = services.metrics
         self.principal = principal
         self.stream = stream
         self.protocol = protocol
-        self.outbox = Outbox(stream, settings.max_queue_bytes, hub.budget)
+        self.outbox = Outbox(stream, self.settings.max_queue_bytes, services.hub.budget)
         self.entries: dict[str, _Entry] = {}
         self._overflows = Overflows()
         self._bad_messages = 0
@@ -155,7 +132,7 @@ class Session:
         self._ping_payload = b""
         #: Monotonic time the outstanding ping was sent (None: none outstanding).
         self._ping_sent: float | None = None
-        self._next_ping = anyio.current_time() + settings.ws_ping_interval
+        self._next_ping = anyio.current_time() + self.settings.ws_ping_interval
         self._close_deadline: float | None = None
         self.close_code: int | None = None
 
@@ -245,7 +222,7 @@ class Session:
     def _subscribe(self, message: ws.Subscribe) -> None:
         name = message.feed
         try:
-            key = feed_key(self.principal, name)
+            key = access.feed_named(self.principal, name)
             cursor = parse_cursor(message.after) if message.after is not None else None
         except GatewayError as exc:
             # An error about a feed ends that feed's subscription, and only that one.
@@ -283,43 +260,27 @@ class Session:
         return {n: e.sub for n, e in self.entries.items() if e.sub is not None}
 
     async def _join(self, entry: _Entry, key: FeedKey, cursor: Cursor | None) -> None:
-        """Open a subscription, then drive it until it is live (the task then ends)."""
+        """Open a subscription (with its prelude), then drive it until it is live."""
         assert entry.scope is not None
         name = entry.name
         with entry.scope:
+            driver = self.services.driver(self._overflows)
+            fmt = RUN_WS if key.kind is FeedKind.RUN else TEAM_WS
             try:
-                run = key.kind is FeedKind.RUN
-                sub = await self.hub.open(key, cursor, RUN_WS if run else TEAM_WS)
+                sub = await driver.open(key, cursor, fmt)
             except GatewayError as exc:
                 if self.entries.get(name) is entry:  # not replaced or unsubscribed meanwhile
                     del self.entries[name]
-                    message = "no such feed" if isinstance(exc, NotFound) else exc.message
+                    message = access.NO_SUCH_FEED if isinstance(exc, NotFound) else exc.message
                     self._send(ws.error(str(exc.code), message, name))
                 return
             if self.entries.get(name) is not entry:
-                self.hub.close(sub)
+                driver.close()
                 return
-            entry.sub = sub
-            sub.outbox = self.outbox
+            entry.driver = driver
+            driver.attach(self.outbox)
             self._send(ws.subscribed(name, sub.head))
-            if run and sub.state is SubState.CATCHING_UP and sub.position.offset > 0:
-                try:
-                    await self._prelude(name, sub)
-                except BaseException:
-                    self._forget(entry)
-                    raise
             await self._drive(entry)
-
-    async def _prelude(self, name: str, sub: Subscription) -> None:
-        """A run joined past its start: the D7 prelude, each frame carrying the cursor
-        of the point it was joined at."""
-        try:
-            events, _ = await self.folds.prelude(sub.feed, sub.position)
-        except GatewayError as exc:
-            self._send(ws.error(str(exc.code), exc.message, name))
-            raise
-        frames = b"".join(ws.frame(ws.event_payload(name, sub.position, event)) for event in events)
-        await self._write_or_give_up(frames)
 
     async def _drive_task(self, entry: _Entry) -> None:
         assert entry.scope is not None
@@ -327,62 +288,39 @@ class Session:
             await self._drive(entry)
 
     async def _drive(self, entry: _Entry) -> None:
-        """Act on the subscription's state until it is live again or has ended.
+        """Let the driver act until the subscription is live again or has ended.
 
         A live subscription keeps no task: the hub's state change calls
         :meth:`_Entry.wake`, which starts this again.
         """
-        sub = entry.sub
-        assert sub is not None
+        driver = entry.driver
+        assert driver is not None and driver.sub is not None
         try:
-            while True:
-                if sub.state is SubState.CATCHING_UP:
-                    try:
-                        await self.hub.catch_up(sub, self._write_or_give_up)
-                    except TimeoutError:
-                        self.metrics.slow_consumer_actions.labels(action="disconnect").inc()
-                        self.close(CloseCode.TOO_SLOW, "too slow: resume from your last cursors")
-                        return
-                if sub.state is SubState.LIVE:
-                    sub.notify = entry.wake
-                    entry.scope = None
-                    if sub.state is SubState.LIVE:
-                        return  # idle until the hub changes its state
-                    continue
-                if sub.state is SubState.RESTARTED:
-                    assert sub.restart_at is not None
-                    await self.stream.write(sub.fmt.restart(sub.feed, sub.restart_at))
-                    self._forget(entry)
-                    return
-                if sub.state is SubState.OVERFLOW:
-                    if self._overflows.too_many(anyio.current_time()):
-                        self.metrics.slow_consumer_actions.labels(action="disconnect").inc()
-                        self.close(CloseCode.TOO_SLOW, "too slow: resume from your last cursors")
-                        return
-                    sub.state = SubState.CATCHING_UP
-                    continue
-                self._forget(entry)  # CLOSED
-                return
-        except GatewayError as exc:
-            # The store failed mid-way (unavailable): end this subscription only; the
-            # client resubscribes from its last cursor.
-            self._forget(entry)
-            self._send(ws.error(str(exc.code), exc.message, entry.name))
+            reason = await driver.advance(self.stream)
         except BaseException:
             if entry.scope is not None and entry.scope.cancel_called:
                 raise  # unsubscribed or closing: whoever cancelled cleans up
             self._forget(entry)
             raise
+        if reason is None:
+            driver.sub.notify = entry.wake
+            entry.scope = None
+            return  # idle until the hub changes its state
+        if reason is EndReason.SLOW:
+            self.close(CloseCode.TOO_SLOW, "too slow: resume from your last cursors")
+            return
+        self._forget(entry)
+        if reason is EndReason.ERROR and driver.error is not None:
+            # The store failed mid-way (unavailable): end this subscription only; the
+            # client resubscribes from its last cursor.
+            self._send(ws.error(str(driver.error.code), driver.error.message, entry.name))
+        elif reason is EndReason.CLIENT:
+            self._finish()
 
     def _forget(self, entry: _Entry) -> None:
         if self.entries.get(entry.name) is entry:
             del self.entries[entry.name]
         entry.end()
-
-    async def _write_or_give_up(self, data: bytes) -> None:
-        """A history write that waits for the socket, but not forever (a stopped peer)."""
-        with anyio.fail_after(self.settings.slow_client_timeout):
-            await self.stream.write(data)
 
     def _end_subscriptions(self) -> None:
         for name in list(self.entries):
@@ -392,7 +330,7 @@ class Session:
 
     def _refresh(self, token: str) -> None:
         try:
-            fresh = self.auth.verify(token)
+            fresh = self.services.auth.verify(token)
         except GatewayError as exc:
             self._send(ws.error(str(exc.code), exc.message))
             return
@@ -413,7 +351,7 @@ class Session:
         self.principal = fresh
         for name in list(self.entries):
             try:
-                feed_key(fresh, name)
+                access.feed_named(fresh, name)
             except GatewayError:
                 self._unsubscribe(name)
                 self._send(ws.error(str(ErrorCode.NOT_FOUND), "no such feed", name))
@@ -432,7 +370,7 @@ class Session:
             if now - self._ping_sent > self.settings.ws_ping_timeout:
                 self.log().info("ping timeout: closing", timeout=self.settings.ws_ping_timeout)
                 # A peer that does not answer may not read either: do not wait on it.
-                self.close_code = 1011
+                self.close_code = CloseCode.KEEPALIVE_TIMEOUT
                 self._end_subscriptions()
                 self.stream.abort()
                 self._finish()
@@ -492,144 +430,93 @@ class Session:
                 return sent
         return self.close_code
 
-    def shutdown(self, code: int = CloseCode.SERVICE_RESTART) -> None:
+    def shutdown(self) -> None:
         """Drain: close with 1012 so the client reconnects elsewhere and resumes."""
-        self.close(code, "service restart: reconnect and resume")
+        self.close(CloseCode.SERVICE_RESTART, "service restart: reconnect and resume")
 
 
-class Keepalive:
-    """One task per node for every socket's timers (a task per socket costs memory).
-
-    It ticks every ``tick`` seconds (at most one second), so pings go out within a
-    tick of their interval, a missing pong is noticed within a tick of its timeout,
-    and an expired token closes the socket within a tick of ``exp``.
-    """
-
-    def __init__(self, sessions: set[Session], interval: float, timeout: float) -> None:
-        self.sessions = sessions
-        self.tick = min(1.0, interval / 4, timeout / 4)
-
-    async def run(self) -> None:
-        while True:
-            await anyio.sleep(self.tick)
-            now, wall = anyio.current_time(), time.time()
-            for session in list(self.sessions):
-                session.tick(now, wall)
+def _principal(services: Services, request: Request, offered: list[str]) -> Principal:
+    from_subprotocol = next(
+        (p[len(ws.BEARER_PREFIX) :] for p in offered if p.startswith(ws.BEARER_PREFIX)),
+        None,
+    )
+    token = bearer_token(request.headers.get("authorization"), from_subprotocol)
+    principal = services.auth.verify(token)
+    principal.require_subscribe()
+    return principal
 
 
-class WebSocketRoute:
-    """The upgrade: authenticate, check Origin and subprotocol, hand over to a Session."""
+async def upgrade(
+    services: Services, request: Request, responder: Responder, params: dict[str, str]
+) -> None:
+    """``GET /v1/ws``: authenticate, check Origin and subprotocol, hand over to a Session."""
+    settings, metrics = services.settings, services.metrics
+    if services.hub.draining:
+        raise Unavailable("this node is draining: reconnect to another")
+    offered = _offered_subprotocols(request)
+    principal = _principal(services, request, offered)
+    origins = [o.strip() for o in settings.ws_origins.split(",") if o.strip()]
+    origin = request.headers.get("origin")
+    if origins and origin is not None and origin not in origins:
+        raise Forbidden("origin not allowed")
+    if ws.SUBPROTOCOL not in offered:
+        raise InvalidRequest("offer the gateway.v1 subprotocol")
+    handshake = ServerProtocol(
+        subprotocols=[Subprotocol(ws.SUBPROTOCOL)],
+        select_subprotocol=_select_gateway_v1,
+    )
+    headers = Headers()
+    for name, value in request.headers.items():
+        headers[name] = value
+    response = handshake.accept(WsRequest(request.raw_target.decode("latin-1"), headers))
+    if response.status_code != 101:
+        raise InvalidRequest("not a valid WebSocket upgrade request")
+    protocol = ServerProtocol(state=State.OPEN, max_size=settings.ws_max_message_bytes)
+    # Refused (429) before the upgrade; the lease is given back on every exit path
+    # (client gone, errors, cancellation).
+    with services.limits.acquire(principal.tenant):
+        session: Session | None = None
+        pending: list[bytes] = []
 
-    def __init__(
-        self,
-        settings: Settings,
-        hub: Hub,
-        authenticator: Authenticator,
-        metrics: Metrics,
-        sessions: set[Session],
-        limits: ConnectionLimits,
-        folds: Folds,
-    ) -> None:
-        self.settings = settings
-        self.folds = folds
-        self.hub = hub
-        self.auth = authenticator
-        self.metrics = metrics
-        self.sessions = sessions
-        self.limits = limits
-        self.origins = [o.strip() for o in settings.ws_origins.split(",") if o.strip()]
-        #: Run :meth:`Keepalive.run` in the node's task group.
-        self.keepalive = Keepalive(sessions, settings.ws_ping_interval, settings.ws_ping_timeout)
+        def on_data(data: bytes) -> None:
+            if session is None:
+                pending.append(data)
+            else:
+                session.on_data(data)
 
-    def _principal(self, request: Request, offered: list[str]) -> Principal:
-        from_subprotocol = next(
-            (p[len(ws.BEARER_PREFIX) :] for p in offered if p.startswith(ws.BEARER_PREFIX)),
-            None,
+        def on_eof() -> None:
+            if session is not None:
+                session.on_eof()
+
+        remote = responder.remote
+        trailing, stream = responder.take_over(on_data, on_eof)
+        stream.write_nowait(response.serialize())
+        # Idle sockets are many: keep nothing of the handshake alive.
+        del handshake, headers, response
+        request.headers.clear()
+        session = Session(
+            services, principal=principal, stream=stream, protocol=protocol, remote=remote
         )
-        token = bearer_token(request.headers.get("authorization"), from_subprotocol)
-        principal = self.auth.verify(token)
-        principal.require_subscribe()
-        return principal
-
-    async def __call__(self, request: Request, responder: Responder) -> None:
-        if request.method != "GET":
-            raise MethodNotAllowed("the WebSocket route takes GET upgrades only", allow="GET")
-        if self.hub.draining:
-            raise Unavailable("this node is draining: reconnect to another")
-        offered = _offered_subprotocols(request)
-        principal = self._principal(request, offered)
-        origin = request.headers.get("origin")
-        if self.origins and origin is not None and origin not in self.origins:
-            raise Forbidden("origin not allowed")
-        if ws.SUBPROTOCOL not in offered:
-            raise InvalidRequest("offer the gateway.v1 subprotocol")
-        handshake = ServerProtocol(
-            subprotocols=[Subprotocol(ws.SUBPROTOCOL)],
-            select_subprotocol=_select_gateway_v1,
-        )
-        headers = Headers()
-        for name, value in request.headers.items():
-            headers[name] = value
-        response = handshake.accept(WsRequest(request.raw_target.decode("latin-1"), headers))
-        if response.status_code != 101:
-            raise InvalidRequest("not a valid WebSocket upgrade request")
-        protocol = ServerProtocol(
-            state=State.OPEN,
-            max_size=self.settings.ws_max_message_bytes,
-        )
-        # Refused (429) before the upgrade; the lease is given back on every exit
-        # path (client gone, errors, cancellation).
-        with self.limits.acquire(principal.tenant):
-            session: Session | None = None
-            pending: list[bytes] = []
-
-            def on_data(data: bytes) -> None:
-                if session is None:
-                    pending.append(data)
-                else:
-                    session.on_data(data)
-
-            def on_eof() -> None:
-                if session is not None:
-                    session.on_eof()
-
-            remote = responder.remote
-            trailing, stream = responder.take_over(on_data, on_eof)
-            stream.write_nowait(response.serialize())
-            # Idle sockets are many: keep nothing of the handshake alive.
-            del handshake, headers, response
-            request.headers.clear()
-            session = Session(
-                hub=self.hub,
-                authenticator=self.auth,
-                settings=self.settings,
-                metrics=self.metrics,
-                principal=principal,
-                stream=stream,
-                protocol=protocol,
-                remote=remote,
-                folds=self.folds,
-            )
-            self.sessions.add(session)
-            self.metrics.connections.labels(transport="ws").inc()
-            self.metrics.connects.labels(transport="ws").inc()
-            # The session's own lines carry its context via Session.log(); this binds it
-            # for whatever else logs in this task.
-            with structlog.contextvars.bound_contextvars(
-                conn_id=session.conn_id, transport="ws", tenant=principal.tenant, remote=remote
-            ):
-                log.info("connection opened")
-                try:
-                    await session.run(trailing + b"".join(pending))
-                finally:
-                    # Also when the transport's loss cancelled us: the reason is what
-                    # the server decided before closing, if anything.
-                    self.sessions.discard(session)
-                    self.metrics.connections.labels(transport="ws").dec()
-                    code = session.final_code()
-                    reason = _reason(code)
-                    self.metrics.disconnects.labels(transport="ws", reason=reason).inc()
-                    log.info("connection closed", reason=reason, code=code)
+        services.connections.add_timed(session)
+        metrics.connections.labels(transport=TRANSPORT).inc()
+        metrics.connects.labels(transport=TRANSPORT).inc()
+        # The session's own lines carry its context via Session.log(); this binds it
+        # for whatever else logs in this task.
+        with structlog.contextvars.bound_contextvars(
+            conn_id=session.conn_id, transport=TRANSPORT, tenant=principal.tenant, remote=remote
+        ):
+            log.info("connection opened")
+            try:
+                await session.run(trailing + b"".join(pending))
+            finally:
+                # Also when the transport's loss cancelled us: the reason is what
+                # the server decided before closing, if anything.
+                services.connections.discard(session)
+                metrics.connections.labels(transport=TRANSPORT).dec()
+                code = session.final_code()
+                reason = _reason(code)
+                metrics.disconnects.labels(transport=TRANSPORT, reason=reason).inc()
+                log.info("connection closed", reason=reason, code=code)
 
 
 def _select_gateway_v1(protocol: ServerProtocol, offered: object) -> Subprotocol | None:
@@ -647,9 +534,9 @@ def _reason(code: int | None) -> str:
         CloseCode.MESSAGE_TOO_BIG: "error",
         # The server gave up on a peer that stopped answering pings: the client is gone.
         # ("reset" is for streams ended by a feed reset; a socket outlives those.)
-        1011: "client",
+        CloseCode.KEEPALIVE_TIMEOUT: "client",
     }
     return reasons.get(code, "error")
 
 
-__all__ = ["Session", "WebSocketRoute", "feed_key"]
+__all__ = ["Session", "upgrade"]

@@ -1,15 +1,17 @@
-"""The wire formats the hub encodes items into, once per item per node."""
+"""The wire formats the hub encodes items into, once per item per node (pure)."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import msgspec
 
 from gateway.agui.events import TERMINAL
 from gateway.cursor import Cursor
-from gateway.fanout.subscriber import Format
 from gateway.feed import FeedKey, StoredItem
 from gateway.runstream import stored_kind, stored_seq
 from gateway.wire import sse, ws
+from gateway.wire.format import Format
 from gateway.wire.teamitem import epoch_restarted_item, team_item
 
 
@@ -79,13 +81,29 @@ def run_event_type(data: bytes) -> str:
         return ""
 
 
+def _run_sse_prelude(feed: FeedKey, joined: Cursor, events: Sequence[bytes]) -> bytes:
+    # Prelude events carry no SSE id: the first item after them carries its own (D7).
+    return b"".join(sse.message(event) for event in events)
+
+
+def _run_ws_prelude(feed: FeedKey, joined: Cursor, events: Sequence[bytes]) -> bytes:
+    # Each prelude frame carries the cursor the client joined at, not a new position.
+    name = feed.public_name
+    return b"".join(ws.frame(ws.event_payload(name, joined, event)) for event in events)
+
+
 #: A run feed as AG-UI SSE: ``id: E:O`` and ``data: <event JSON>``; the stream ends after
 #: the run's RUN_FINISHED or RUN_ERROR.
 RUN_SSE = Format(
-    "run-sse", _run_sse_frame, _run_sse_restart, transport="sse", ends=_is_terminal
+    "run-sse",
+    _run_sse_frame,
+    _run_sse_restart,
+    transport="sse",
+    ends=_is_terminal,
+    prelude=_run_sse_prelude,
 )
 #: A run feed as ``gateway.v1`` event frames carrying the AG-UI event.
-RUN_WS = Format("run-ws", _run_ws_frame, _ws_restart, transport="ws")
+RUN_WS = Format("run-ws", _run_ws_frame, _ws_restart, transport="ws", prelude=_run_ws_prelude)
 
 
 def _stream_frame(feed: FeedKey, item: StoredItem) -> bytes:

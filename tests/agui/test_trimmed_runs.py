@@ -1,7 +1,7 @@
 """A long run whose start retention trimmed: the prelude comes from the fold kept with it.
 
 Run feeds trim in whole blocks, and publishers keep the fold at each block boundary with
-the feed before trimming reaches it (``Folds.persist``), so a node that never saw the
+the feed before trimming reaches it (``FoldCache.persist``), so a node that never saw the
 run's start (its own empty fold cache) still builds the exact prelude (decisions D7).
 Both logs; for the embedded one the two nodes share one log.
 """
@@ -18,7 +18,7 @@ from httpx_sse import aconnect_sse
 
 from gateway.agui.fold import RunFold
 from gateway.feed import run_feed
-from gateway.log.memory import MemoryLog
+from gateway.store.memory import memory_backend
 from tests.support.node import auth, start_node
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -74,7 +74,7 @@ async def test_a_node_that_never_saw_the_start_builds_the_exact_prelude(
     node_redis: tuple[str | None, str],
 ) -> None:
     url, prefix = node_redis
-    shared = MemoryLog() if url is None else None
+    shared = memory_backend() if url is None else None
     events = long_run(6500)
     settings = {
         "run_retention": 2500,
@@ -82,21 +82,21 @@ async def test_a_node_that_never_saw_the_start_builds_the_exact_prelude(
         "publish_rate": 1e6,
         "publish_burst": 100_000,
     }
-    async with start_node(url, prefix, feed_log=shared, **settings) as a:
+    async with start_node(url, prefix, backend=shared, **settings) as a:
         async with httpx.AsyncClient(base_url=a.url, timeout=20) as client:
             cursors: list[str] = []
             for start in range(0, len(events), 500):
                 r = await client.post(PATH, json=events[start : start + 500], headers=auth())
                 assert r.status_code == 200, r.text
                 cursors += r.json()["cursors"]
-        state = await a.log.state(run_feed("acme", THREAD, RUN))
+        state = await a.backend.feeds.state(run_feed("acme", THREAD, RUN))
         assert state is not None
         # Trimmed, in whole blocks: the first retained offset follows a block boundary.
         assert state.first > 1 and (state.first - 1) % 1000 == 0
         assert state.head - state.first + 1 < 2500 + 1000
 
     async with (
-        start_node(url, prefix, feed_log=shared, **settings) as b,  # empty fold cache
+        start_node(url, prefix, backend=shared, **settings) as b,  # empty fold cache
         httpx.AsyncClient(base_url=b.url, timeout=20) as client,
     ):
         trimmed_at = state.first - 1
@@ -111,4 +111,4 @@ async def test_a_node_that_never_saw_the_start_builds_the_exact_prelude(
         for event in events[:trimmed_at]:
             expected.apply(event)
         assert await prelude_at(client, None) == expected.prelude(THREAD, RUN)
-        assert b.routes.folds.items_folded < len(events) - trimmed_at + 10
+        assert b.services.folds.items_folded < len(events) - trimmed_at + 10

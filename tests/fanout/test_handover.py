@@ -14,7 +14,7 @@ import pytest
 from httpx_sse import aconnect_sse
 
 from gateway.fanout.hub import Hooks
-from gateway.fanout.subscriber import Subscription
+from gateway.fanout.subscription import Subscription
 from gateway.feed import NewItem
 from gateway.wire.teamitem import team_payload
 from tests.support import events as ev
@@ -51,7 +51,7 @@ async def test_items_published_inside_the_window_arrive_once(
         # now, the subscription would go live right after this hook.
         if sub.position >= node.hub.channels[sub.feed].position:  # type: ignore[attr-defined]
             windows_forced += 1
-        result = await node.log.append(sub.feed, [payload(), payload()], retention=10_000)  # type: ignore[attr-defined]
+        result = await node.backend.feeds.append(sub.feed, [payload(), payload()], retention=10_000)  # type: ignore[attr-defined]
         published_in_hook += 2
         target = result.cursors[-1]
         channel = node.hub.channels[sub.feed]  # type: ignore[attr-defined]

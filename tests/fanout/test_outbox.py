@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from gateway.fanout.subscriber import NodeBudget, Outbox
+from gateway.fanout.outbox import NodeBudget, Outbox
 from gateway.http.server import body_writer
 
 
@@ -91,7 +91,7 @@ def test_chunked_framing_for_sse() -> None:
 
 
 def test_the_slow_consumer_policy_counts_overflows_in_a_window() -> None:
-    from gateway.fanout.subscriber import CATCHUP_WINDOW_SECONDS, MAX_CATCHUPS, Overflows
+    from gateway.fanout.policy import CATCHUP_WINDOW_SECONDS, MAX_CATCHUPS, Overflows
 
     policy = Overflows()
     assert not any(policy.too_many(float(t)) for t in range(MAX_CATCHUPS))

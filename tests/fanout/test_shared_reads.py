@@ -11,15 +11,15 @@ from httpx_sse import aconnect_sse
 
 from gateway.cursor import Cursor
 from gateway.feed import FeedKey, FeedState, StoredItem
-from gateway.log.memory import MemoryLog
+from gateway.store.memory import MemoryStore, memory_backend
 from tests.support import events as ev
 from tests.support.node import auth, start_node
 
 pytestmark = pytest.mark.anyio
 
 
-class CountingLog(MemoryLog):
-    """The embedded log, counting the reads the node makes (and slowing them a little,
+class CountingStore(MemoryStore):
+    """The embedded store, counting the reads the node makes (and slowing them a little,
     as a network round trip would, so that joins overlap)."""
 
     def __init__(self) -> None:
@@ -39,9 +39,9 @@ class CountingLog(MemoryLog):
 
 
 async def test_simultaneous_joiners_share_state_and_history_reads() -> None:
-    feed_log = CountingLog()
+    store = CountingStore()
     joiners = 40
-    async with start_node(feed_log=feed_log, history_page=10) as node:
+    async with start_node(backend=memory_backend(store), history_page=10) as node:
         team = ev.team_id()
         async with httpx.AsyncClient(base_url=node.url, timeout=20) as client:
             r = await client.post(
@@ -66,8 +66,8 @@ async def test_simultaneous_joiners_share_state_and_history_reads() -> None:
                     for _ in range(joiners):
                         tg.start_soon(join)
     assert results == [cursors] * joiners
-    pages = len(feed_log.reads)  # distinct (feed, cursor) pages
+    pages = len(store.reads)  # distinct (feed, cursor) pages
     assert pages == 5
     # Without sharing this would be joiners x pages reads and joiners state reads.
-    assert sum(feed_log.reads.values()) < joiners * pages / 4
-    assert feed_log.states < joiners / 4
+    assert sum(store.reads.values()) < joiners * pages / 4
+    assert store.states < joiners / 4

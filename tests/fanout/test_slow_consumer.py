@@ -18,7 +18,7 @@ import pytest
 from httpx_sse import aconnect_sse
 
 from gateway.app import Gateway
-from gateway.fanout.subscriber import SubState
+from gateway.fanout.subscription import SubState
 from tests.support import events as ev
 from tests.support.node import auth, metric, start_node, token
 from tests.support.wait import until
@@ -38,9 +38,7 @@ def raw_sse_request(port: int, team: str, last_id: str | None = None) -> socket.
     headers = f"Authorization: Bearer {token()}\r\n"
     if last_id:
         headers += f"Last-Event-ID: {last_id}\r\n"
-    sock.sendall(
-        f"GET /v1/teams/{team}/events HTTP/1.1\r\nHost: x\r\n{headers}\r\n".encode()
-    )
+    sock.sendall(f"GET /v1/teams/{team}/events HTTP/1.1\r\nHost: x\r\n{headers}\r\n".encode())
     return sock
 
 

@@ -25,7 +25,7 @@ async def node(node_redis: tuple[str | None, str]) -> AsyncIterator[Gateway]:
 
 
 async def head(node: Gateway, team: str, tenant: str = "acme") -> int:
-    state = await node.log.state(team_feed(tenant, team))
+    state = await node.backend.feeds.state(team_feed(tenant, team))
     return 0 if state is None else state.head
 
 

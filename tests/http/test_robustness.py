@@ -15,7 +15,7 @@ from websockets.typing import Subprotocol
 from websockets.uri import parse_uri
 
 from gateway.fanout.hub import Hooks
-from gateway.fanout.subscriber import Subscription
+from gateway.fanout.subscription import Subscription
 from gateway.feed import NewItem
 from gateway.http import server as http_server
 from gateway.wire.teamitem import team_payload
@@ -65,7 +65,7 @@ async def test_a_reset_websocket_releases_its_subscriptions(
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                 sock.close()
                 await until(lambda: not node.hub.channels, 5, "the subscription's release")
-            assert not node.routes.sessions
+            assert not node.services.connections
             # The node still serves: publish and follow.
             r = await client.post(f"/v1/teams/{team}/events", json=ev.item(), headers=auth())
             assert r.status_code == 200
@@ -88,7 +88,7 @@ async def test_a_client_that_sends_but_never_reads_is_cut_off() -> None:
 
         try:
             await anyio.to_thread.run_sync(flood)
-            await until(lambda: not node.routes.sessions, 10, "the flooding socket's end")
+            await until(lambda: not node.services.connections, 10, "the flooding socket's end")
             assert node.hub.budget.total == 0
         finally:
             sock.close()
@@ -125,7 +125,7 @@ async def test_history_trimmed_during_a_join_restarts_the_subscription(
                 items.append(
                     NewItem(body["event"]["event_id"], team_payload(body["source"], body["event"]))
                 )
-            await node.log.append(sub.feed, items, retention=5)  # type: ignore[attr-defined]
+            await node.backend.feeds.append(sub.feed, items, retention=5)  # type: ignore[attr-defined]
 
     async with start_node(
         url, prefix, team_retention=5, history_page=2, hooks=Hooks(after_history_page=after_page)

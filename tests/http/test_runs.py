@@ -271,9 +271,7 @@ async def test_websocket_threads_claim_is_checked_on_subscribe_and_on_refresh(
 ) -> None:
     await publish(client, NESTED[:3])
     name = f"run/{THREAD}/{RUN}"
-    async with open_ws(
-        node, headers={"Authorization": f"Bearer {token(threads=[THREAD])}"}
-    ) as ws:
+    async with open_ws(node, headers={"Authorization": f"Bearer {token(threads=[THREAD])}"}) as ws:
         with anyio.fail_after(10):
             await ws.send(json.dumps({"type": "subscribe", "feed": name}))
             assert json.loads(await ws.recv())["type"] == "subscribed"

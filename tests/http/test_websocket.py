@@ -31,7 +31,7 @@ from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.protocol import State
 
-from gateway.app import Gateway, build_log
+from gateway.app import Gateway, build_backend
 from gateway.auth import mint
 from tests.support import events as ev
 from tests.support.node import SECRET, auth, metric, open_ws, start_node, token
@@ -780,9 +780,9 @@ async def test_unsubscribe_while_joining_leaves_no_channel(
     node_redis: tuple[str | None, str],
 ) -> None:
     url, prefix = node_redis
-    feed_log = build_log(node_settings(url, prefix))
+    backend = build_backend(node_settings(url, prefix))
     entered, release = anyio.Event(), anyio.Event()
-    real_wake = feed_log.wake
+    real_wake = backend.live.wake
 
     async def gated_wake() -> None:
         # Hold the join at the point where the hub has registered the subscription.
@@ -790,9 +790,9 @@ async def test_unsubscribe_while_joining_leaves_no_channel(
         await release.wait()
         await real_wake()
 
-    feed_log.wake = gated_wake  # type: ignore[method-assign]
+    backend.live.wake = gated_wake  # type: ignore[method-assign]
     async with (
-        start_node(url, prefix, feed_log=feed_log) as node,
+        start_node(url, prefix, backend=backend) as node,
         httpx.AsyncClient(base_url=node.url, timeout=10) as http,
     ):
         team = ev.team_id()

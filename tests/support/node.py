@@ -13,8 +13,8 @@ from gateway.app import Gateway, running
 from gateway.auth import mint
 from gateway.config import Settings
 from gateway.fanout.hub import Hooks
-from gateway.log.base import FeedLog
 from gateway.metrics import Metrics
+from gateway.store.base import Backend
 
 SECRET = "test-secret-of-at-least-32-bytes-long!!"
 
@@ -39,12 +39,12 @@ async def start_node(
     redis_url: str | None = None,
     prefix: str = "gwtest",
     *,
-    feed_log: FeedLog | None = None,
+    backend: Backend | None = None,
     hooks: Hooks | None = None,
     **overrides: Any,
 ) -> AsyncIterator[Gateway]:
     async with running(
-        settings(redis_url, prefix, **overrides), feed_log=feed_log, hooks=hooks, metrics=Metrics()
+        settings(redis_url, prefix, **overrides), backend=backend, hooks=hooks, metrics=Metrics()
     ) as node:
         yield node
 

@@ -11,22 +11,23 @@ import pytest
 from gateway.cursor import Cursor
 from gateway.errors import IdempotencyKeyReused
 from gateway.feed import FeedKey, NewItem, team_feed
-from gateway.log.base import FeedLog, chain_next
-from gateway.log.memory import MemoryLog
-from gateway.log.redis import RedisLog, _announced
+from gateway.store.base import Backend, chain_next
+from gateway.store.redis import redis_backend
+from gateway.store.redis.live import _announced
 from tests.support import events as ev
+from tests.support.backends import lose, open_backend, redis_feeds
 
 pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture
-async def log(node_redis: tuple[str | None, str]) -> AsyncIterator[FeedLog]:
+async def store(node_redis: tuple[str | None, str]) -> AsyncIterator[Backend]:
     url, prefix = node_redis
-    feed_log: FeedLog = MemoryLog() if url is None else RedisLog(url, prefix=prefix)
+    backend = open_backend(url, prefix)
     try:
-        yield feed_log
+        yield backend
     finally:
-        await feed_log.aclose()
+        await backend.aclose()
 
 
 def feed() -> FeedKey:
@@ -37,60 +38,51 @@ def items(n: int, tag: str = "x") -> list[NewItem]:
     return [NewItem(f"{tag}-{ev.new_id()}", f'"{tag}{i}"'.encode()) for i in range(n)]
 
 
-async def lose(log: FeedLog, f: FeedKey) -> None:
-    """Lose a feed's data the way a Redis flush would."""
-    if isinstance(log, MemoryLog):
-        log.drop(f)
-    else:
-        assert isinstance(log, RedisLog)
-        await log.client.delete(*log.keys(f))
-
-
-async def test_offsets_are_contiguous_from_one(log: FeedLog) -> None:
+async def test_offsets_are_contiguous_from_one(store: Backend) -> None:
     f = feed()
-    assert await log.state(f) is None
-    r1 = await log.append(f, items(3), retention=100)
+    assert await store.feeds.state(f) is None
+    r1 = await store.feeds.append(f, items(3), retention=100)
     assert r1.new_epoch
     epoch = r1.state.epoch
     assert r1.cursors == [Cursor(epoch, 1), Cursor(epoch, 2), Cursor(epoch, 3)]
-    r2 = await log.append(f, items(2), retention=100)
+    r2 = await store.feeds.append(f, items(2), retention=100)
     assert not r2.new_epoch
     assert r2.cursors == [Cursor(epoch, 4), Cursor(epoch, 5)]
-    state = await log.state(f)
+    state = await store.feeds.state(f)
     assert state is not None
     assert (state.epoch, state.head, state.first) == (epoch, 5, 1)
 
 
-async def test_chain_is_sha1_over_previous_chain_and_data(log: FeedLog) -> None:
+async def test_chain_is_sha1_over_previous_chain_and_data(store: Backend) -> None:
     f = feed()
     new = items(3)
-    await log.append(f, new, retention=100)
+    await store.feeds.append(f, new, retention=100)
     chain = ""
-    got = await log.read(f, Cursor((await log.state(f)).epoch, 0), 10)  # type: ignore[union-attr]
+    got = await store.feeds.read(f, Cursor((await store.feeds.state(f)).epoch, 0), 10)  # type: ignore[union-attr]
     for item, stored in zip(new, got, strict=True):
         chain = chain_next(chain, item.data)
         assert stored.chain == chain and stored.data == item.data
 
 
-async def test_retry_returns_original_cursor_and_reuse_is_refused(log: FeedLog) -> None:
+async def test_retry_returns_original_cursor_and_reuse_is_refused(store: Backend) -> None:
     f = feed()
-    first = await log.append(f, items(2), retention=100)
+    first = await store.feeds.append(f, items(2), retention=100)
     a = NewItem("same-key", b'"a"')
-    [ca] = (await log.append(f, [a], retention=100)).cursors
-    again = await log.append(f, [a], retention=100)
+    [ca] = (await store.feeds.append(f, [a], retention=100)).cursors
+    again = await store.feeds.append(f, [a], retention=100)
     assert again.cursors == [ca]
     assert again.state.head == 3
     with pytest.raises(IdempotencyKeyReused, match="item 1"):
-        await log.append(f, [*items(1), NewItem("same-key", b'"b"')], retention=100)
-    state = await log.state(f)
+        await store.feeds.append(f, [*items(1), NewItem("same-key", b'"b"')], retention=100)
+    state = await store.feeds.state(f)
     assert state is not None and state.head == 3  # all or nothing
     assert first.state.epoch == state.epoch
 
 
-async def test_append_many_is_one_step_per_feed(log: FeedLog) -> None:
+async def test_append_many_is_one_step_per_feed(store: Backend) -> None:
     a, b, c = feed(), feed(), feed()
-    earlier = await log.append(c, [NewItem("taken", b'"c0"')], retention=100)
-    results = await log.append_many(
+    earlier = await store.feeds.append(c, [NewItem("taken", b'"c0"')], retention=100)
+    results = await store.feeds.append_many(
         [(a, items(2, "a")), (b, items(1, "b")), (c, [NewItem("taken", b'"other"')])],
         retention=100,
     )
@@ -99,71 +91,73 @@ async def test_append_many_is_one_step_per_feed(log: FeedLog) -> None:
     assert ra.cursors == [Cursor(ra.state.epoch, 1), Cursor(ra.state.epoch, 2)]
     assert rb.cursors == [Cursor(rb.state.epoch, 1)]
     assert isinstance(rc, IdempotencyKeyReused)  # that feed alone failed
-    got = await log.read(a, Cursor(ra.state.epoch, 0), 10)
+    got = await store.feeds.read(a, Cursor(ra.state.epoch, 0), 10)
     assert [i.data for i in got] == [b'"a0"', b'"a1"']
-    state = await log.state(c)
+    state = await store.feeds.state(c)
     assert state is not None and state.head == earlier.state.head == 1
-    assert await log.append_many([], retention=100) == []
+    assert await store.feeds.append_many([], retention=100) == []
 
 
-async def test_retention_trims_oldest_and_forgets_their_keys(log: FeedLog) -> None:
+async def test_retention_trims_oldest_and_forgets_their_keys(store: Backend) -> None:
     f = feed()
     batch = items(5)
-    r = await log.append(f, batch, retention=3)
+    r = await store.feeds.append(f, batch, retention=3)
     epoch = r.state.epoch
-    state = await log.state(f)
+    state = await store.feeds.state(f)
     assert state is not None and (state.head, state.first) == (5, 3)
-    got = await log.read(f, Cursor(epoch, 0), 10)
+    got = await store.feeds.read(f, Cursor(epoch, 0), 10)
     assert [i.offset for i in got] == [3, 4, 5]
     # A trimmed item's key is forgotten: publishing it again appends it anew.
-    again = await log.append(f, [batch[0]], retention=3)
+    again = await store.feeds.append(f, [batch[0]], retention=3)
     assert again.cursors == [Cursor(epoch, 6)]
     # A retained one still deduplicates.
-    assert (await log.append(f, [batch[4]], retention=3)).cursors == [Cursor(epoch, 5)]
-    assert (await log.state(f)).epoch == epoch  # type: ignore[union-attr]
+    assert (await store.feeds.append(f, [batch[4]], retention=3)).cursors == [Cursor(epoch, 5)]
+    assert (await store.feeds.state(f)).epoch == epoch  # type: ignore[union-attr]
 
 
-async def test_read_pages_within_one_epoch(log: FeedLog) -> None:
+async def test_read_pages_within_one_epoch(store: Backend) -> None:
     f = feed()
-    r = await log.append(f, items(7), retention=100)
+    r = await store.feeds.append(f, items(7), retention=100)
     epoch = r.state.epoch
-    page1 = await log.read(f, Cursor(epoch, 0), 3)
-    page2 = await log.read(f, page1[-1].cursor, 3)
-    page3 = await log.read(f, page2[-1].cursor, 3)
+    page1 = await store.feeds.read(f, Cursor(epoch, 0), 3)
+    page2 = await store.feeds.read(f, page1[-1].cursor, 3)
+    page3 = await store.feeds.read(f, page2[-1].cursor, 3)
     assert [i.offset for i in page1 + page2 + page3] == [1, 2, 3, 4, 5, 6, 7]
-    assert await log.read(f, Cursor(epoch, 7), 3) == []
-    assert await log.read(f, Cursor(epoch - 1, 0), 3) == []
+    assert await store.feeds.read(f, Cursor(epoch, 7), 3) == []
+    assert await store.feeds.read(f, Cursor(epoch - 1, 0), 3) == []
 
 
-async def test_data_loss_starts_a_larger_epoch(log: FeedLog) -> None:
+async def test_data_loss_starts_a_larger_epoch(store: Backend) -> None:
     f = feed()
-    old = await log.append(f, items(3), retention=100)
-    await lose(log, f)
-    assert await log.state(f) is None
-    new = await log.append(f, items(1), retention=100)
+    old = await store.feeds.append(f, items(3), retention=100)
+    await lose(store, f)
+    assert await store.feeds.state(f) is None
+    new = await store.feeds.append(f, items(1), retention=100)
     assert new.new_epoch
     assert new.state.epoch > old.state.epoch
     assert new.cursors == [Cursor(new.state.epoch, 1)]
     # Nothing of the old epoch is readable as if it were the new one.
-    assert await log.read(f, Cursor(old.state.epoch, 0), 10) == []
+    assert await store.feeds.read(f, Cursor(old.state.epoch, 0), 10) == []
 
 
-async def test_host_flag_comes_from_the_first_item_only(log: FeedLog) -> None:
+async def test_host_flag_comes_from_the_first_item_only(store: Backend) -> None:
     host = feed()
-    await log.append(host, [NewItem("h", b'"h"', host_opening=True), *items(1)], retention=100)
-    assert (await log.state(host)).host  # type: ignore[union-attr]
+    await store.feeds.append(
+        host, [NewItem("h", b'"h"', host_opening=True), *items(1)], retention=100
+    )
+    assert (await store.feeds.state(host)).host  # type: ignore[union-attr]
     lead = feed()
-    await log.append(lead, items(1), retention=100)
-    await log.append(lead, [NewItem("h", b'"h"', host_opening=True)], retention=100)
-    assert not (await log.state(lead)).host  # type: ignore[union-attr]
+    await store.feeds.append(lead, items(1), retention=100)
+    await store.feeds.append(lead, [NewItem("h", b'"h"', host_opening=True)], retention=100)
+    assert not (await store.feeds.state(lead)).host  # type: ignore[union-attr]
 
 
-async def test_read_new_follows_many_feeds_and_epoch_changes(log: FeedLog) -> None:
+async def test_read_new_follows_many_feeds_and_epoch_changes(store: Backend) -> None:
     f1, f2 = feed(), feed()
-    r1 = await log.append(f1, items(2), retention=100)
-    r2 = await log.append(f2, items(1), retention=100)
+    r1 = await store.feeds.append(f1, items(2), retention=100)
+    r2 = await store.feeds.append(f2, items(1), retention=100)
     positions = {f1: Cursor(r1.state.epoch, 1), f2: r2.state.head_cursor}
-    got = await log.read_new(positions, count=100, block_ms=100)
+    got = await store.live.read_new(positions, count=100, block_ms=100)
     assert list(got) == [f1]
     assert [i.offset for i in got[f1].items] == [2]
     # Blocks until something arrives on any followed feed.
@@ -171,35 +165,35 @@ async def test_read_new_follows_many_feeds_and_epoch_changes(log: FeedLog) -> No
     result: dict[FeedKey, list[int]] = {}
 
     async def reader() -> None:
-        batches = await log.read_new(positions, count=100, block_ms=5_000)
+        batches = await store.live.read_new(positions, count=100, block_ms=5_000)
         result.update({k: [i.offset for i in b.items] for k, b in batches.items()})
 
     with anyio.fail_after(5):
         async with anyio.create_task_group() as tg:
             tg.start_soon(reader)
             await anyio.sleep(0.05)  # let the read block (correctness does not depend on it)
-            await log.append(f2, items(1), retention=100)
+            await store.feeds.append(f2, items(1), retention=100)
     assert result == {f2: [2]}
     # A newer epoch's items come after the old position.
-    await lose(log, f1)
-    r3 = await log.append(f1, items(2), retention=100)
-    got = await log.read_new({f1: Cursor(r1.state.epoch, 2)}, count=100, block_ms=100)
+    await lose(store, f1)
+    r3 = await store.feeds.append(f1, items(2), retention=100)
+    got = await store.live.read_new({f1: Cursor(r1.state.epoch, 2)}, count=100, block_ms=100)
     assert [(i.epoch, i.offset) for i in got[f1].items] == [
         (r3.state.epoch, 1),
         (r3.state.epoch, 2),
     ]
 
 
-async def test_reads_carry_the_append_time(log: FeedLog) -> None:
+async def test_reads_carry_the_append_time(store: Backend) -> None:
     f = feed()
-    r = await log.append(f, items(2), retention=100)
+    r = await store.feeds.append(f, items(2), retention=100)
     # Redis: the first read of a feed is an XREAD (the stream entries' t field) ...
-    got = await log.read_new({f: Cursor(r.state.epoch, 0)}, count=100, block_ms=100)
+    got = await store.live.read_new({f: Cursor(r.state.epoch, 0)}, count=100, block_ms=100)
     first = got[f].appended
     assert abs(first - time.time()) < 60  # wall-clock seconds (Redis TIME or ours)
     # ... the next ones take the published message (its header's append time).
-    await log.append(f, items(1), retention=100)
-    got = await log.read_new({f: r.state.head_cursor}, count=100, block_ms=2_000)
+    await store.feeds.append(f, items(1), retention=100)
+    got = await store.live.read_new({f: r.state.head_cursor}, count=100, block_ms=2_000)
     assert [i.offset for i in got[f].items] == [3]
     assert got[f].appended >= first
 
@@ -219,20 +213,20 @@ def test_announcements_are_read_with_or_without_an_append_time() -> None:
         assert when == (1.5 if b"1.5" in head else 0.0)
 
 
-async def test_wake_returns_a_blocked_read(log: FeedLog) -> None:
+async def test_wake_returns_a_blocked_read(store: Backend) -> None:
     f = feed()
-    r = await log.append(f, items(1), retention=100)
+    r = await store.feeds.append(f, items(1), retention=100)
     with anyio.fail_after(4):
         async with anyio.create_task_group() as tg:
             done = anyio.Event()
 
             async def reader() -> None:
-                await log.read_new({f: r.state.head_cursor}, count=10, block_ms=30_000)
+                await store.live.read_new({f: r.state.head_cursor}, count=10, block_ms=30_000)
                 done.set()
 
             tg.start_soon(reader)
             await anyio.sleep(0.05)
-            await log.wake()
+            await store.live.wake()
             await done.wait()
 
 
@@ -243,22 +237,22 @@ async def test_rollback_seen_by_this_node_moves_the_feed_on(
 
     Redis only: the embedded log lives and dies with its node, it cannot roll back.
     """
-    log = RedisLog(redis_url, prefix=redis_prefix)
+    store = redis_backend(redis_url, prefix=redis_prefix)
     try:
-        await _rollback_seen(log)
+        await _rollback_seen(store)
     finally:
-        await log.aclose()
+        await store.aclose()
 
 
-async def _rollback_seen(log: RedisLog) -> None:
+async def _rollback_seen(store: Backend) -> None:
     f = feed()
-    r = await log.append(f, items(5), retention=100)
-    meta, stream, _ = log.keys(f)
+    r = await store.feeds.append(f, items(5), retention=100)
+    meta, stream, _ = redis_feeds(store).keys(f)
     # Simulate a restore that lost offsets 4 and 5.
-    await log.client.xtrim(stream, minid=f"{r.state.epoch}-0")
-    await log.client.xdel(stream, f"{r.state.epoch}-4", f"{r.state.epoch}-5")
-    chain3 = (await log.read(f, Cursor(r.state.epoch, 2), 1))[0].chain
-    await log.client.hset(meta, mapping={"head": "3", "chain": chain3})
-    after = await log.append(f, items(1), retention=100)
+    await redis_feeds(store).conn.client.xtrim(stream, minid=f"{r.state.epoch}-0")
+    await redis_feeds(store).conn.client.xdel(stream, f"{r.state.epoch}-4", f"{r.state.epoch}-5")
+    chain3 = (await store.feeds.read(f, Cursor(r.state.epoch, 2), 1))[0].chain
+    await redis_feeds(store).conn.client.hset(meta, mapping={"head": "3", "chain": chain3})
+    after = await store.feeds.append(f, items(1), retention=100)
     assert after.new_epoch and after.state.epoch > r.state.epoch
     assert after.cursors == [Cursor(after.state.epoch, 1)]

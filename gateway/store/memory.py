@@ -1,4 +1,4 @@
-"""The embedded log: the same feed semantics as the Redis log, in this process's memory.
+"""The embedded backend: the same feed semantics as Redis, in this process's memory.
 
 Used when no Redis URL is configured.  Nothing survives a restart: every feed starts a
 new epoch when the process starts again, exactly as after a Redis data loss.  Appends
@@ -16,7 +16,15 @@ import anyio
 from gateway.cursor import Cursor
 from gateway.errors import IdempotencyKeyReused
 from gateway.feed import AppendResult, FeedKey, FeedState, NewItem, StoredItem
-from gateway.log.base import Batch, FeedLog, chain_next
+from gateway.store.base import (
+    Backend,
+    Batch,
+    FeedStore,
+    FoldStore,
+    LiveFeed,
+    chain_next,
+    epoch_floor,
+)
 
 
 class _Feed:
@@ -49,7 +57,10 @@ TRANSIENT_BACKLOG = 1000
 TRANSIENT_FEEDS = 10_000
 
 
-class MemoryLog(FeedLog):
+class MemoryStore(FeedStore, LiveFeed, FoldStore):
+    """Feeds, live notification and folds in one process (no inbox: producers in other
+    processes cannot reach it)."""
+
     durable = False
 
     def __init__(self) -> None:
@@ -106,7 +117,7 @@ class MemoryLog(FeedLog):
             self._expiry[feed] = time.monotonic() + seconds
 
     def _new_epoch(self) -> int:
-        self._last_epoch = self.epoch_floor(int(time.time() * 1000), self._last_epoch)
+        self._last_epoch = epoch_floor(int(time.time() * 1000), self._last_epoch)
         return self._last_epoch
 
     async def append(
@@ -165,7 +176,7 @@ class MemoryLog(FeedLog):
             if key is not None:
                 f.keys.pop(key, None)
         state = f.state()
-        self._remember(feed, f.epoch, f.head, f.chain)
+        self.known.advance(feed, f.epoch, f.head, f.chain)
         self._changed.set()
         self._changed = anyio.Event()
         return AppendResult(cursors, new_epoch, state)
@@ -238,3 +249,9 @@ class MemoryLog(FeedLog):
 
 def _reused(index: int) -> str:
     return f"item {index}: event_id was already used for a different item"
+
+
+def memory_backend(store: MemoryStore | None = None) -> Backend:
+    """The embedded backend (``store`` to share one between nodes in tests)."""
+    store = store or MemoryStore()
+    return Backend(feeds=store, live=store, folds=store, name="embedded")

@@ -20,7 +20,7 @@ from httpx_sse import ServerSentEvent, aconnect_sse
 
 from gateway.app import Gateway
 from gateway.feed import FeedState, team_feed
-from gateway.log.inbox import GROUP, dead_letter_key, inbox_key
+from gateway.store.redis.inbox import GROUP, dead_letter_key, inbox_key
 from tests.support import events as ev
 from tests.support.node import auth, metric, start_node
 
@@ -62,7 +62,16 @@ async def eventually(check: Callable[[], Awaitable[T]], what: str, within: float
 async def cli_xadd(redis_url: str, prefix: str, *fields: str) -> str:
     """XADD through the real redis-cli binary (a producer in another language)."""
     result = await anyio.run_process(
-        [REDIS_CLI, "--no-auth-warning", "-u", redis_url, "XADD", inbox_key(prefix), "*", *fields],
+        [
+            REDIS_CLI,
+            "--no-auth-warning",
+            "-u",
+            redis_url,
+            "XADD",
+            inbox_key(prefix, "team"),
+            "*",
+            *fields,
+        ],
         check=False,
     )
     out = result.stdout.decode().strip()
@@ -72,7 +81,7 @@ async def cli_xadd(redis_url: str, prefix: str, *fields: str) -> str:
 
 
 async def xadd(raw: Any, prefix: str, fields: dict[str, str]) -> str:
-    msg_id: str = await raw.xadd(inbox_key(prefix), fields)
+    msg_id: str = await raw.xadd(inbox_key(prefix, "team"), fields)
     return msg_id
 
 
@@ -81,7 +90,7 @@ def message(team: str, body: Any, tenant: str = TENANT) -> dict[str, str]:
 
 
 async def feed_state(node: Gateway, team: str, tenant: str = TENANT) -> FeedState | None:
-    return await node.log.state(team_feed(tenant, team))
+    return await node.backend.feeds.state(team_feed(tenant, team))
 
 
 async def wait_for_head(node: Gateway, team: str, head: int) -> FeedState:
@@ -93,7 +102,9 @@ async def wait_for_head(node: Gateway, team: str, head: int) -> FeedState:
 
 
 async def group_info(raw: Any, prefix: str) -> dict[str, Any]:
-    [info] = [g for g in await raw.xinfo_groups(inbox_key(prefix)) if g["name"] == GROUP.decode()]
+    [info] = [
+        g for g in await raw.xinfo_groups(inbox_key(prefix, "team")) if g["name"] == GROUP.decode()
+    ]
     return dict(info)
 
 
@@ -105,7 +116,7 @@ async def wait_drained(raw: Any, prefix: str, last_id: str) -> None:
     """
 
     async def check() -> bool:
-        groups = await raw.xinfo_groups(inbox_key(prefix))
+        groups = await raw.xinfo_groups(inbox_key(prefix, "team"))
         info = next((g for g in groups if g["name"] == GROUP.decode()), None)
         return info is not None and info["last-delivered-id"] == last_id and info["pending"] == 0
 
@@ -156,7 +167,7 @@ async def test_redis_cli_producer_item_is_served_as_team_item(
         assert sse.id == f"{state.epoch}:1"
         assert sse.data == team_item(state.epoch, 1, body)
         await wait_drained(raw, redis_prefix, msg_id)
-        assert await raw.xlen(dead_letter_key(redis_prefix)) == 0
+        assert await raw.xlen(dead_letter_key(redis_prefix, "team")) == 0
         assert (await feed_state(node, team)) == state  # appended exactly once
 
 
@@ -249,7 +260,7 @@ async def test_rejected_messages_are_dead_lettered_acked_and_append_nothing(
         ids = [await xadd(raw, redis_prefix, fields) for _, fields, _, _ in cases]
         await wait_drained(raw, redis_prefix, ids[-1])
 
-        dead = await raw.xrange(dead_letter_key(redis_prefix))
+        dead = await raw.xrange(dead_letter_key(redis_prefix, "team"))
         assert len(dead) == len(cases)
         by_id = {fields["id"]: fields for _, fields in dead}
         for msg_id, (case, fields, reason, named) in zip(ids, cases, strict=True):
@@ -287,7 +298,7 @@ async def test_array_with_one_bad_item_appends_nothing(
     async with start_node(redis_url, redis_prefix) as node:
         msg_id = await xadd(raw, redis_prefix, message(team, [ev.item(), bad, ev.item()]))
         await wait_drained(raw, redis_prefix, msg_id)
-        [(_, entry)] = await raw.xrange(dead_letter_key(redis_prefix))
+        [(_, entry)] = await raw.xrange(dead_letter_key(redis_prefix, "team"))
         assert entry["reason"] == "invalid_request"
         assert entry["message"].startswith("item 1"), entry
         assert "bogus" in entry["message"]
@@ -305,7 +316,7 @@ async def test_the_same_message_twice_appends_one_item(
         await wait_drained(raw, redis_prefix, second)
         state = await feed_state(node, team)
         assert state is not None and state.head == 2
-        assert await raw.xlen(dead_letter_key(redis_prefix)) == 0
+        assert await raw.xlen(dead_letter_key(redis_prefix, "team")) == 0
         # Both deliveries were accepted: the second repeated the first one's cursors.
         assert metric(node, "gateway_inbox_messages_total", outcome="appended") == 2
         assert metric(node, "gateway_inbox_messages_total", outcome="dead_lettered") == 0
@@ -319,7 +330,7 @@ async def test_pending_messages_of_a_dead_consumer_are_claimed(
 ) -> None:
     team = ev.team_id()
     body = ev.item()
-    stream = inbox_key(redis_prefix)
+    stream = inbox_key(redis_prefix, "team")
     await raw.xgroup_create(stream, GROUP.decode(), id="0", mkstream=True)
     msg_id = await xadd(raw, redis_prefix, message(team, body))
     # A node read the message and died before acknowledging it.
@@ -342,7 +353,7 @@ async def test_a_restarted_node_processes_its_own_pending_messages_first(
 ) -> None:
     team = ev.team_id()
     body = ev.item()
-    stream = inbox_key(redis_prefix)
+    stream = inbox_key(redis_prefix, "team")
     await raw.xgroup_create(stream, GROUP.decode(), id="0", mkstream=True)
     msg_id = await xadd(raw, redis_prefix, message(team, body))
     await raw.xreadgroup(GROUP.decode(), "node-a", {stream: ">"}, count=10)
@@ -381,7 +392,7 @@ async def test_oversized_body_is_dead_lettered_as_too_large(
     async with start_node(redis_url, redis_prefix, max_body_bytes=64 * 1024) as node:
         msg_id = await xadd(raw, redis_prefix, message(team, body))
         await wait_drained(raw, redis_prefix, msg_id)
-        [(_, entry)] = await raw.xrange(dead_letter_key(redis_prefix))
+        [(_, entry)] = await raw.xrange(dead_letter_key(redis_prefix, "team"))
         assert await feed_state(node, team) is None
         assert "65536" in entry["message"]
         assert entry["reason"] == "too_large"
@@ -398,7 +409,7 @@ async def test_deeply_nested_body_is_dead_lettered_and_the_node_keeps_going(
         await xadd(raw, redis_prefix, poison)
         last = await xadd(raw, redis_prefix, message(team, good))
         await wait_drained(raw, redis_prefix, last)
-        [(_, entry)] = await raw.xrange(dead_letter_key(redis_prefix))
+        [(_, entry)] = await raw.xrange(dead_letter_key(redis_prefix, "team"))
         assert entry["reason"] == "invalid_request"
         assert "body" in entry["message"]
         state = await feed_state(node, team)
@@ -411,10 +422,10 @@ async def test_deeply_nested_body_is_dead_lettered_and_the_node_keeps_going(
 async def test_run_inbox_appends_ag_ui_events_and_dead_letters_bad_ones(
     redis_url: str, redis_prefix: str, raw: Any
 ) -> None:
-    from gateway.feed import FeedKind, run_feed
+    from gateway.feed import run_feed
     from tests.agui.runs import NESTED, RUN, THREAD
 
-    stream = inbox_key(redis_prefix, FeedKind.RUN)
+    stream = inbox_key(redis_prefix, "run")
     first = {"tenant": TENANT, "thread": THREAD, "run": RUN, "body": json.dumps(NESTED[:5])}
     async with start_node(redis_url, redis_prefix) as node:
         # A producer in another language: the redis-cli binary.
@@ -450,12 +461,12 @@ async def test_run_inbox_appends_ag_ui_events_and_dead_letters_bad_ones(
         feed = run_feed(TENANT, THREAD, RUN)
 
         async def complete() -> bool:
-            state = await node.log.state(feed)
+            state = await node.backend.feeds.state(feed)
             return state is not None and state.head == len(NESTED)
 
         await eventually(complete, "the run's events")
         dead = await eventually(
-            lambda: raw.xrange(dead_letter_key(redis_prefix, FeedKind.RUN)), "the dead letter"
+            lambda: raw.xrange(dead_letter_key(redis_prefix, "run")), "the dead letter"
         )
         assert [(f["id"], f["reason"]) for _, f in dead] == [(bad, "invalid_request")]
         assert "delta" in dead[0][1]["message"]

@@ -4,7 +4,7 @@ Decisions D1 (a feed whose history can no longer be trusted moves to a new, larg
 epoch; the same ``epoch:offset`` never names two items) and D2 (old cursors and
 connected followers get ``epoch_restarted``).  Every test starts and breaks its own
 servers (``RedisServer``), never the machine's Redis, and talks to a real gateway node
-over HTTP/SSE, except the log-level tests at the end, which drive ``RedisLog`` directly.
+over HTTP/SSE, except the log-level tests at the end, which drive the Redis feed store directly.
 
 Server stops and starts run in a worker thread, so the node keeps running (and keeps
 failing to reach Redis) while its server is down, as it would in production.
@@ -31,8 +31,9 @@ from gateway.app import Gateway
 from gateway.cursor import Cursor
 from gateway.errors import Unavailable
 from gateway.feed import FeedKey, NewItem, team_feed
-from gateway.log.redis import RedisLog
+from gateway.store.redis import RedisFeeds, redis_backend
 from tests.support import events as ev
+from tests.support.backends import redis_feeds
 from tests.support.node import auth, metric, start_node
 from tests.support.redis_server import RedisServer
 from tests.support.tcp_proxy import TcpProxy
@@ -328,8 +329,8 @@ async def test_restart_without_persistence_while_a_follower_is_connected(
 
             with anyio.fail_after(3 * STEP):
                 await _data_loss_while_following(http(node), lose)
-            assert isinstance(node.log, RedisLog)
-            assert node.log.server_changes >= 1  # it did see the restart
+            assert isinstance(node.backend.feeds, RedisFeeds)
+            assert redis_feeds(node.backend).conn.server_changes >= 1  # it did see the restart
 
 
 # ---------------------------------------------------------------------------
@@ -432,8 +433,8 @@ async def test_clean_restart_with_persistence_keeps_the_epoch(
                     assert not follower.ended.is_set()
                     tg.cancel_scope.cancel()
             assert metric(node, "gateway_epoch_restarts_total") == 0
-            assert isinstance(node.log, RedisLog)
-            assert node.log.server_changes >= 1  # it did see the restart
+            assert isinstance(node.backend.feeds, RedisFeeds)
+            assert redis_feeds(node.backend).conn.server_changes >= 1  # it did see the restart
             got = await collect(client, team, 1, cursor=first[-1])
             assert got[0].id == after
 
@@ -504,10 +505,10 @@ async def test_promoted_replica_that_fell_behind(
                 TcpProxy(primary.port) as proxy,
                 start_node(proxy.url, PREFIX, **node_settings()) as node,
             ):
-                assert isinstance(node.log, RedisLog)
+                assert isinstance(node.backend.feeds, RedisFeeds)
                 client = http(node)
                 team = ev.team_id()
-                meta_key, stream_key, _ = node.log.keys(team_feed(TENANT, team))
+                meta_key, stream_key, _ = redis_feeds(node.backend).keys(team_feed(TENANT, team))
                 with anyio.fail_after(4 * STEP):
                     first = await publish(client, team, 5)
                     epoch = split(first[0])[0]
@@ -579,12 +580,12 @@ async def test_followers_restart_whoever_notices_the_rollback_first(
     # followers already connected must be told too (D2), without waiting for a publish.
     with RedisServer() as server:
         async with start_node(server.url, PREFIX, **node_settings()) as node:
-            assert isinstance(node.log, RedisLog)
+            assert isinstance(node.backend.feeds, RedisFeeds)
             client = http(node)
             r = admin(server)
             try:
                 team = ev.team_id()
-                keys = node.log.keys(team_feed(TENANT, team))
+                keys = redis_feeds(node.backend).keys(team_feed(TENANT, team))
                 first_items = await publish(client, team, 5)
                 epoch = split(first_items[0])[0]
                 saved = {k: await r.dump(k) for k in keys}
@@ -642,7 +643,7 @@ async def test_followers_restart_whoever_notices_the_rollback_first(
 # 5: the log level, two nodes on one server
 # ---------------------------------------------------------------------------
 #
-# What a node can detect is bounded by what it saw.  Each RedisLog remembers, per feed,
+# What a node can detect is bounded by what it saw.  Each node's feed store remembers, per feed,
 # the last (epoch, offset, chain value) it appended or read (`known`), and the Lua step
 # compares that with what Redis holds: a head below the known offset, or a different
 # hash-chain value at the known offset, is a rollback, and the feed moves to a new epoch.
@@ -670,7 +671,7 @@ async def _restore_snapshot(server: RedisServer, snapshot: Path) -> None:
 async def _after_restart(step: Callable[[], Awaitable[T]]) -> T:
     """Run one log call right after a restart, retrying Unavailable (bounded).
 
-    A RedisLog may still hold pooled connections the old server closed; the first
+    A feed store may still hold pooled connections the old server closed; the first
     command on each fails (see UNAVAILABLE_ATTEMPTS).  The step must be safe to repeat:
     appends are (their keys are idempotency keys), checks are.
     """
@@ -685,10 +686,10 @@ async def _after_restart(step: Callable[[], Awaitable[T]]) -> T:
 
 async def _two_logs_after_rollback(
     server: RedisServer, feed: FeedKey
-) -> tuple[RedisLog, RedisLog, int, list[Cursor]]:
+) -> tuple[RedisFeeds, RedisFeeds, int, list[Cursor]]:
     """`seen` appends 1..5, snapshot, 6..8; then Redis is restored to the snapshot."""
-    seen = RedisLog(server.url, prefix=PREFIX, node_id="seen")
-    fresh = RedisLog(server.url, prefix=PREFIX, node_id="fresh")
+    seen = redis_feeds(redis_backend(server.url, prefix=PREFIX, node_id="seen"))
+    fresh = redis_feeds(redis_backend(server.url, prefix=PREFIX, node_id="fresh"))
     first = await seen.append(feed, _items("a", 5), retention=1000)
     epoch = first.state.epoch
     r = admin(server)
@@ -737,8 +738,8 @@ async def test_log_node_that_saw_the_lost_items_moves_the_feed_on() -> None:
                 assert more.cursors == [Cursor(new_epoch, 4)]
                 assert more.new_epoch is False
             finally:
-                await seen.aclose()
-                await fresh.aclose()
+                await seen.conn.aclose()
+                await fresh.conn.aclose()
 
 
 async def test_log_fresh_node_cannot_detect_but_the_node_that_saw_does() -> None:
@@ -770,8 +771,8 @@ async def test_log_fresh_node_cannot_detect_but_the_node_that_saw_does() -> None
                 assert state is not None
                 assert (state.epoch, state.head) == (new_epoch, 1)
             finally:
-                await seen.aclose()
-                await fresh.aclose()
+                await seen.conn.aclose()
+                await fresh.conn.aclose()
 
 
 # ---------------------------------------------------------------------------

@@ -8,7 +8,7 @@ import pytest
 import redis.asyncio as aioredis
 from httpx_sse import aconnect_sse
 
-from gateway.log.listener import ListenerLost, connect
+from gateway.store.redis.listener import ListenerLost, connect
 from tests.support import events as ev
 from tests.support.node import auth, start_node
 from tests.support.redis_server import RedisServer

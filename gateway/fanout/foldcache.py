@@ -1,4 +1,4 @@
-"""Folds of run feeds at any cursor, cheap for long runs (the node's fold cache).
+"""The node's fold cache: run folds at any cursor, cheap for long runs.
 
 A client joining a run anywhere but its start needs the run folded up to its cursor
 (:mod:`gateway.agui.fold`).  Re-reading and re-folding a long run from Redis for every
@@ -28,7 +28,7 @@ from gateway.cursor import Cursor
 from gateway.errors import GatewayError
 from gateway.fanout.flight import SingleFlight
 from gateway.feed import FeedKey, FeedState
-from gateway.log.base import FeedLog
+from gateway.store.base import FeedStore, FoldStore
 
 MAX_CHECKPOINTS = 64
 #: Run feeds trim in whole blocks of this many items, and keep the fold at each block
@@ -78,19 +78,21 @@ class _Checkpoints:
 Prelude = tuple[list[bytes], bool]
 
 
-class Folds:
+class FoldCache:
     """Run folds at cursors, with per-feed checkpoints (see the module docstring)."""
 
     def __init__(
         self,
-        feed_log: FeedLog,
+        feeds: FeedStore,
+        folds: FoldStore,
         *,
         page: int = 500,
         interval: int = 1000,
         max_feeds: int = 256,
         max_bytes: int = 128 * 1024 * 1024,
     ) -> None:
-        self.log = feed_log
+        self.feeds = feeds
+        self.store = folds
         self.page = page
         self.interval = interval
         self.max_feeds = max_feeds
@@ -177,14 +179,14 @@ class Folds:
                 offset, fold = start[0], RunFold.load(start[1])
         while offset < cursor.offset:
             limit = min(self.page, cursor.offset - offset)
-            items = await self.log.read(feed, Cursor(cursor.epoch, offset), limit)
+            items = await self.feeds.read(feed, Cursor(cursor.epoch, offset), limit)
             if not items:
                 break  # lost beyond this point: fold what there is
             if items[0].offset > offset + 1:
                 # Retention trimmed the run's start: continue from the fold the
                 # publishers kept at the trim point (see persist), if there is one.
                 kept = Cursor(cursor.epoch, items[0].offset - 1)
-                blob = await self.log.load_fold(feed, kept)
+                blob = await self.store.load_fold(feed, kept)
                 if blob is not None:
                     with contextlib.suppress(ValueError):
                         fold = RunFold.load(blob)
@@ -210,7 +212,7 @@ class Folds:
     async def persist(self, feed: FeedKey, state: FeedState, retention: int) -> None:
         """Keep the fold at the next block boundary with the feed before retention trims
         the run up to it (run feeds trim in whole blocks of ``BLOCK``, see
-        ``FeedLog.append``), so a node that never saw the trimmed start can still fold.
+        ``FeedStore.append``), so a node that never saw the trimmed start can still fold.
 
         Call after each append to a run feed; cheap until the feed nears its retention.
         """
@@ -221,9 +223,9 @@ class Folds:
         at = Cursor(state.epoch, boundary)
         if boundary > state.head or self._persisted.get(feed) == at:
             return
-        if await self.log.load_fold(feed, at) is None:
+        if await self.store.load_fold(feed, at) is None:
             fold = await self.at(feed, at)
-            await self.log.save_fold(feed, at, fold.dump(), keep_from=state.first - 1)
+            await self.store.save_fold(feed, at, fold.dump(), keep_from=state.first - 1)
         self._persisted[feed] = at
         while len(self._persisted) > self.max_feeds:
             self._persisted.pop(next(iter(self._persisted)))

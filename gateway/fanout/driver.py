@@ -1,0 +1,202 @@
+"""The one way a subscription runs, whatever the transport.
+
+A :class:`Driver` owns the whole life of one subscription: the plan (docs/contract.md
+D2: replay, restart or refuse), the prelude of formats that have one (D7), history pages
+from the subscription's cursor, the hand-over to live (the hub then writes into the
+connection's outbox without this task), the restart frame, the slow-consumer policy on
+overflow, and the reason it ended.  Transports are adapters: they frame and write, and
+give the driver a :class:`Sink`; SSE keeps a task per stream (:meth:`Driver.follow`),
+WebSocket keeps none while a subscription is live (:meth:`Driver.advance` again when the
+hub changes its state).
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+import anyio
+import structlog
+
+from gateway.cursor import Cursor
+from gateway.errors import GatewayError
+from gateway.fanout.foldcache import FoldCache
+from gateway.fanout.hub import Hub
+from gateway.fanout.outbox import Outbox
+from gateway.fanout.policy import Overflows
+from gateway.fanout.subscription import Subscription, SubState
+from gateway.feed import FeedKey
+from gateway.metrics import Metrics
+from gateway.wire.format import Format
+
+log = structlog.get_logger("gateway.driver")
+
+
+class EndReason(enum.StrEnum):
+    """Why a subscription ended (the ``reason`` of ``gateway_disconnects_total``)."""
+
+    #: The client went away or closed.
+    CLIENT = "client"
+    #: Too slow: the slow-consumer policy cut it off.
+    SLOW = "slow"
+    #: The node is draining or stopping.
+    SHUTDOWN = "shutdown"
+    #: The token expired.
+    AUTH = "auth"
+    #: The store failed after the stream started (``Driver.error`` says how).
+    ERROR = "error"
+    #: ``epoch_restarted`` was sent: the cursor cannot continue.
+    RESET = "reset"
+    #: The format's stream ended with an item (an AG-UI run's end on SSE).
+    FINISHED = "finished"
+
+
+class Sink(Protocol):
+    """What a transport gives the driver for one subscription's connection."""
+
+    async def write(self, data: bytes) -> None:
+        """Write ``data`` and wait until the connection takes more (flow control)."""
+        ...
+
+
+def needs_prelude(fmt: Format, sub: Subscription) -> bool:
+    """A join needs a prelude when its format has one and it starts past the first item."""
+    return fmt.prelude is not None and sub.state is SubState.CATCHING_UP and sub.position.offset > 0
+
+
+class Driver:
+    """One subscription on one connection; create per subscribe, :meth:`open`, then run.
+
+    ``overflows`` is the connection's slow-consumer record (shared by a WebSocket's
+    subscriptions).  History and prelude writes wait for the socket at most
+    ``write_timeout`` seconds each (a stopped client is cut off as slow).
+    """
+
+    def __init__(
+        self,
+        hub: Hub,
+        folds: FoldCache,
+        metrics: Metrics,
+        *,
+        write_timeout: float,
+        overflows: Overflows,
+    ) -> None:
+        self.hub = hub
+        self.folds = folds
+        self.metrics = metrics
+        self.write_timeout = write_timeout
+        self.overflows = overflows
+        self.sub: Subscription | None = None
+        #: The prelude still to write before the items (empty: none, or written).
+        self.prelude = b""
+        #: The failure that ended the subscription with ``EndReason.ERROR``.
+        self.error: GatewayError | None = None
+
+    async def open(self, feed: FeedKey, cursor: Cursor | None, fmt: Format) -> Subscription:
+        """Plan and register the subscription and compute its prelude; nothing is sent.
+
+        Raises NotFound, InvalidCursor or Unavailable before any output, so the
+        transport can still answer with an error status.  The caller must call
+        :meth:`close` once it holds the returned subscription, on every exit path.
+        """
+        sub = await self.hub.open(feed, cursor, fmt)
+        try:
+            if needs_prelude(fmt, sub):
+                assert fmt.prelude is not None
+                events, ended = await self.folds.prelude(sub.feed, sub.position)
+                self.prelude = fmt.prelude(sub.feed, sub.position, events)
+                if ended and fmt.ends is not None:
+                    # Joined after the run's end: the prelude closes with the terminal
+                    # event, and the stream ends with it.
+                    sub.state = SubState.ENDED
+        except BaseException:
+            self.hub.close(sub)
+            raise
+        self.sub = sub
+        return sub
+
+    def attach(self, outbox: Outbox) -> None:
+        """The connection's outbox, where the hub writes live items (before running)."""
+        assert self.sub is not None
+        self.sub.outbox = outbox
+
+    def close(self) -> None:
+        """Unregister the subscription (idempotent)."""
+        if self.sub is not None:
+            self.hub.close(self.sub)
+
+    async def _write(self, sink: Sink, data: bytes) -> None:
+        with anyio.fail_after(self.write_timeout):
+            await sink.write(data)
+
+    async def advance(self, sink: Sink) -> EndReason | None:
+        """Act on the subscription's state until it is live (None) or has ended.
+
+        Writes the prelude first, catches up from the store (history pages), sends the
+        restart frame, applies the slow-consumer policy after an overflow.
+        """
+        sub = self.sub
+        assert sub is not None and sub.outbox is not None
+        try:
+            if self.prelude:
+                prelude, self.prelude = self.prelude, b""
+                await self._write(sink, prelude)
+                sub.outbox.wrote = True
+            while True:
+                state = sub.state
+                if state is SubState.CATCHING_UP:
+                    await self.hub.catch_up(sub, lambda data: self._write(sink, data))
+                    sub.outbox.wrote = True
+                elif state is SubState.LIVE:
+                    return None
+                elif state is SubState.RESTARTED:
+                    assert sub.restart_at is not None
+                    await self._write(sink, sub.fmt.restart(sub.feed, sub.restart_at))
+                    return EndReason.RESET
+                elif state is SubState.OVERFLOW:
+                    if self.overflows.too_many(anyio.current_time()):
+                        return self._slow()
+                    sub.state = SubState.CATCHING_UP
+                elif state is SubState.ENDED:
+                    return EndReason.FINISHED
+                else:  # CLOSED: unsubscribed, or the node is draining
+                    return EndReason.SHUTDOWN
+        except anyio.BrokenResourceError:
+            return EndReason.CLIENT
+        except TimeoutError:
+            return self._slow()
+        except GatewayError as exc:
+            # The store failed after the stream started: end it; the client resumes.
+            log.warning("subscription ended by an error", code=str(exc.code), error=exc.message)
+            self.error = exc
+            return EndReason.ERROR
+
+    def _slow(self) -> EndReason:
+        self.metrics.slow_consumer_actions.labels(action="disconnect").inc()
+        return EndReason.SLOW
+
+    async def follow(
+        self, sink: Sink, *, keepalive: float, expires_at: float, idle: Callable[[], object]
+    ) -> EndReason:
+        """Serve the subscription to its end on a transport that keeps a task for it.
+
+        While live, waits for the hub's state changes; on ``keepalive`` seconds of
+        silence calls ``idle`` (the transport's keepalive).  Ends with ``AUTH`` when the
+        token expires (``expires_at``, wall clock): the client reconnects with a fresh
+        token and its cursor.
+        """
+        sub = self.sub
+        assert sub is not None and sub.outbox is not None
+        outbox = sub.outbox
+        while True:
+            reason = await self.advance(sink)
+            if reason is not None:
+                return reason
+            left = expires_at - time.time()
+            if left <= 0:
+                return EndReason.AUTH
+            if not await sub.wait(min(keepalive, left)) and not outbox.wrote:
+                idle()
+            outbox.wrote = False

@@ -1,0 +1,44 @@
+"""The operational routes (D8): health, readiness, metrics and the OpenAPI document.
+
+They need no token, answer ``GET`` and ``HEAD`` only, and never depend on a feed.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+
+import msgspec
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from gateway.http.server import Request, Responder
+from gateway.http.services import Services
+
+_OPENAPI = resources.files("gateway.schemas").joinpath("gateway.openapi.json").read_bytes()
+
+
+async def healthz(
+    services: Services, request: Request, responder: Responder, params: dict[str, str]
+) -> None:
+    """The process is alive (does not depend on Redis)."""
+    responder.send(200, b'{"status":"ok"}')
+
+
+async def readyz(
+    services: Services, request: Request, responder: Responder, params: dict[str, str]
+) -> None:
+    """The node can serve: the store answers, its readers progress, it is not draining."""
+    ok, why = await services.ready()
+    body = msgspec.json.encode({"status": "ready" if ok else "not_ready", "reason": why})
+    responder.send(200 if ok else 503, body)
+
+
+async def metrics(
+    services: Services, request: Request, responder: Responder, params: dict[str, str]
+) -> None:
+    responder.send(200, generate_latest(services.metrics.registry), CONTENT_TYPE_LATEST.encode())
+
+
+async def openapi(
+    services: Services, request: Request, responder: Responder, params: dict[str, str]
+) -> None:
+    responder.send(200, _OPENAPI)

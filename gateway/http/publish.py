@@ -1,0 +1,48 @@
+"""What every HTTP publish route does before and after the publisher (D4, D5)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import msgspec
+
+from gateway.auth import Principal
+from gateway.cursor import Cursor
+from gateway.errors import Forbidden, UnsupportedMediaType
+from gateway.http.server import Request, Responder
+from gateway.http.services import Services
+from gateway.publisher import Via
+
+#: Applies the tenant's publish rate to a body's item count (raises RateLimited).
+Admit = Callable[[int], None]
+
+
+def start_publish(
+    services: Services, request: Request, may_publish: Callable[[Principal], object]
+) -> tuple[Principal, Admit]:
+    """The checks every HTTP publish route makes, in order: a token with the ``publish``
+    scope (403), ``may_publish`` (raises NotFound for a feed outside the token's claims),
+    a JSON body (415, counted).  Returns the principal and the ``admit`` callback.
+    """
+    principal = services.principal(request)
+    if "publish" not in principal.scopes:
+        raise Forbidden("token lacks the publish scope")
+    may_publish(principal)
+    try:
+        request.require_json()
+    except UnsupportedMediaType as exc:
+        services.publisher.reject(exc, Via.HTTP)
+        raise
+    tenant = principal.tenant
+    rate = services.publish_rate
+
+    def admit(items: int) -> None:
+        rate.take(tenant, items)
+
+    return principal, admit
+
+
+def send_cursors(responder: Responder, cursors: Sequence[Cursor | None]) -> None:
+    """``200 {"cursors": [...]}``: one per published item, null for a transient one."""
+    answer = [None if c is None else str(c) for c in cursors]
+    responder.send(200, msgspec.json.encode({"cursors": answer}))

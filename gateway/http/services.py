@@ -1,0 +1,62 @@
+"""Everything a route handler may use, built once per node in ``gateway.app``."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from gateway.auth import Authenticator, Principal, bearer_token
+from gateway.config import Settings
+from gateway.fanout.driver import Driver
+from gateway.fanout.foldcache import FoldCache
+from gateway.fanout.hub import Hub
+from gateway.fanout.policy import Overflows
+from gateway.http.connections import Connections
+from gateway.http.cors import Cors
+from gateway.http.server import Request
+from gateway.limits import ConnectionLimits, PublishRate
+from gateway.metrics import Metrics
+from gateway.publisher import Publisher
+from gateway.store.base import FeedStore
+
+Readiness = Callable[[], Awaitable[tuple[bool, str]]]
+
+
+@dataclass
+class Services:
+    settings: Settings
+    hub: Hub
+    #: Feed storage, for the few routes that read a feed's state themselves.
+    feeds: FeedStore
+    folds: FoldCache
+    publisher: Publisher
+    auth: Authenticator
+    metrics: Metrics
+    #: Open streams per node and per tenant (SSE and WebSocket share them).
+    limits: ConnectionLimits
+    #: Items per tenant through HTTP publishing (not the inbox or the producer: D4).
+    publish_rate: PublishRate
+    cors: Cors
+    #: Open SSE streams and WebSocket sockets (for draining and socket timers).
+    connections: Connections
+    #: ``/readyz``: whether the node can serve, and why not.
+    ready: Readiness
+
+    def principal(self, request: Request) -> Principal:
+        """The caller, from ``Authorization: Bearer`` or the ``access_token`` query
+        parameter (EventSource); raises Unauthenticated."""
+        token = bearer_token(
+            request.headers.get("authorization"), request.query_one("access_token")
+        )
+        return self.auth.verify(token)
+
+    def driver(self, overflows: Overflows) -> Driver:
+        """A driver for one new subscription of a connection (``overflows`` is the
+        connection's slow-consumer record)."""
+        return Driver(
+            self.hub,
+            self.folds,
+            self.metrics,
+            write_timeout=self.settings.slow_client_timeout,
+            overflows=overflows,
+        )

@@ -1,0 +1,126 @@
+"""The SSE transport: one subscription per HTTP response, driven by the shared driver.
+
+This adapter only starts the ``200 text/event-stream`` response, counts and logs the
+connection, gives the driver the stream to write to, and sends ``: keepalive`` on
+silence; everything about the subscription itself is the driver's.
+"""
+
+from __future__ import annotations
+
+import anyio
+import structlog
+
+from gateway.access import NO_SUCH_FEED
+from gateway.auth import Principal
+from gateway.cursor import Cursor, parse_cursor
+from gateway.errors import NotFound
+from gateway.fanout.driver import Driver, EndReason
+from gateway.fanout.outbox import Outbox
+from gateway.fanout.policy import Overflows
+from gateway.feed import FeedKey
+from gateway.http.server import Request, Responder, Stream, connection_id
+from gateway.http.services import Services
+from gateway.wire import sse
+from gateway.wire.format import Format
+
+log = structlog.get_logger("gateway.sse")
+
+TRANSPORT = "sse"
+
+
+class _Open:
+    """The registered connection (for draining): ending it closes its subscription."""
+
+    __slots__ = ("driver",)
+
+    def __init__(self, driver: Driver) -> None:
+        self.driver = driver
+
+    def shutdown(self) -> None:
+        if self.driver.sub is not None:
+            self.driver.sub.close()
+
+
+async def serve(
+    services: Services,
+    request: Request,
+    responder: Responder,
+    principal: Principal,
+    feed: FeedKey,
+    cursor: Cursor | None,
+    fmt: Format,
+    *,
+    not_found: str = NO_SUCH_FEED,
+) -> None:
+    """Follow ``feed`` from ``cursor`` as SSE in ``fmt`` until the subscription ends.
+
+    Errors before the stream starts (NotFound with the message ``not_found``,
+    InvalidCursor, Unavailable, 429 past the connection limits) are raised for the
+    route to answer with their status.
+    """
+    # Refused (429) before the stream starts; the lease is given back on every exit.
+    with services.limits.acquire(principal.tenant):
+        driver = services.driver(Overflows())
+        try:
+            await driver.open(feed, cursor, fmt)
+        except NotFound:
+            raise NotFound(not_found) from None
+        try:
+            await _stream(services, request, responder, principal, driver)
+        finally:
+            driver.close()
+
+
+async def _stream(
+    services: Services,
+    request: Request,
+    responder: Responder,
+    principal: Principal,
+    driver: Driver,
+) -> None:
+    sub = driver.sub
+    assert sub is not None
+    settings, metrics = services.settings, services.metrics
+    stream: Stream = responder.stream(200, sse.HEADERS + services.cors.headers(request))
+    outbox = Outbox(stream, settings.max_queue_bytes, services.hub.budget)
+    driver.attach(outbox)
+    registered = _Open(driver)
+    services.connections.add(registered)
+    # Every log line of this connection's task carries its context.
+    with structlog.contextvars.bound_contextvars(
+        conn_id=connection_id(),
+        transport=TRANSPORT,
+        tenant=principal.tenant,
+        remote=responder.remote,
+        feed=sub.feed.public_name,
+    ):
+        metrics.connections.labels(transport=TRANSPORT).inc()
+        metrics.connects.labels(transport=TRANSPORT).inc()
+        log.info("connection opened")
+        reason = EndReason.ERROR
+        try:
+            reason = await driver.follow(
+                stream,
+                keepalive=settings.keepalive_seconds,
+                expires_at=principal.expires_at,
+                # Through the outbox, so a keepalive never passes the bound; when it is
+                # refused the client has unread data anyway.
+                idle=lambda: outbox.try_write(sse.KEEPALIVE),
+            )
+        except anyio.get_cancelled_exc_class():
+            # The client went away (its connection was lost), or the node is stopping.
+            reason = EndReason.SHUTDOWN if services.hub.draining else EndReason.CLIENT
+            raise
+        finally:
+            services.connections.discard(registered)
+            outbox.release()
+            metrics.connections.labels(transport=TRANSPORT).dec()
+            metrics.disconnects.labels(transport=TRANSPORT, reason=reason.value).inc()
+            log.info("connection closed", reason=reason.value)
+        stream.end()
+
+
+def request_cursor(request: Request) -> Cursor | None:
+    """The resume cursor of an SSE request: ``Last-Event-ID`` wins over ``?after=`` (D2)."""
+    raw = request.resume_from("after")
+    return parse_cursor(raw) if raw is not None else None

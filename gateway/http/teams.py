@@ -1,0 +1,43 @@
+"""The team feed routes: ``GET`` follows as SSE (D3), ``POST`` publishes (D4)."""
+
+from __future__ import annotations
+
+from gateway import access
+from gateway.http import sse
+from gateway.http.publish import send_cursors, start_publish
+from gateway.http.server import Request, Responder
+from gateway.http.services import Services
+from gateway.publisher import Via
+from gateway.wire.formats import TEAM_SSE
+
+
+async def follow(
+    services: Services, request: Request, responder: Responder, params: dict[str, str]
+) -> None:
+    """``GET /v1/teams/{team}/events``: the team feed as SSE, resumable by cursor."""
+    principal = services.principal(request)
+    principal.require_subscribe()
+    feed = access.team_for(principal, params["team"])
+    cursor = sse.request_cursor(request)
+    await sse.serve(
+        services,
+        request,
+        responder,
+        principal,
+        feed,
+        cursor,
+        TEAM_SSE,
+        not_found=access.NO_SUCH_TEAM,
+    )
+
+
+async def publish(
+    services: Services, request: Request, responder: Responder, params: dict[str, str]
+) -> None:
+    """``POST /v1/teams/{team}/events``: one item or an array, all or nothing."""
+    team = params["team"]
+    principal, admit = start_publish(services, request, lambda p: access.team_for(p, team))
+    cursors = await services.publisher.publish_team_json(
+        principal.tenant, team, request.body, via=Via.HTTP, admit=admit
+    )
+    send_cursors(responder, cursors)

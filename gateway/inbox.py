@@ -1,0 +1,180 @@
+"""The inbox consumer: producers in any language ``XADD`` to an inbox; nodes append.
+
+Inbox ``team`` (stream ``<prefix>:inbox:team``): each message has the fields ``tenant``,
+``team`` and ``body`` (the JSON of a ``POST /v1/teams/{team}/events`` body: one item or
+an array).  Inbox ``run``: ``tenant``, ``thread``, ``run`` and ``body`` (one AG-UI event
+or an array, as ``POST .../ui/ag-ui`` takes), and optionally ``idempotency_key`` (the
+``Idempotency-Key`` header's meaning).  Nodes read each inbox as members of one consumer
+group, apply exactly the HTTP route's validation (:class:`~gateway.publisher.Publisher`),
+append, and acknowledge.  A rejected message is copied, with ``reason`` (error code) and
+``message``, to the inbox's dead letters before it is acknowledged.  A message whose
+append fails because the store is unavailable stays pending and is retried; messages
+left pending by a node that died are claimed after ``claim_ms``.  Appending is
+idempotent on the item keys, so a redelivered message never appends twice
+(docs/contract.md D4).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import anyio
+import structlog
+
+from gateway.errors import GatewayError, InvalidRequest, TooLarge, Unavailable
+from gateway.metrics import Metrics
+from gateway.publisher import Publisher, Via
+from gateway.store.base import InboxMessage, InboxQueue
+
+log = structlog.get_logger("gateway.inbox")
+
+#: An inbox's message fields as text (all but ``body``), and the handler that appends.
+Fields = dict[bytes, str]
+Handler = Callable[[Publisher, Fields, bytes], Awaitable[object]]
+
+
+async def _team(publisher: Publisher, values: Fields, body: bytes) -> object:
+    return await publisher.publish_team_json(
+        values[b"tenant"], values[b"team"], body, via=Via.INBOX
+    )
+
+
+async def _run(publisher: Publisher, values: Fields, body: bytes) -> object:
+    return await publisher.publish_run_json(
+        values[b"tenant"],
+        values[b"thread"],
+        values[b"run"],
+        body,
+        via=Via.INBOX,
+        idempotency_key=values.get(b"idempotency_key"),
+    )
+
+
+class InboxKind:
+    """What one inbox carries: its name, required and optional fields, and the handler."""
+
+    def __init__(
+        self, name: str, required: tuple[bytes, ...], optional: tuple[bytes, ...], handler: Handler
+    ) -> None:
+        self.name = name
+        self.required = required
+        self.optional = optional
+        self.handler = handler
+
+
+#: Every inbox the nodes read.
+INBOXES = (
+    InboxKind("team", (b"tenant", b"team", b"body"), (), _team),
+    InboxKind("run", (b"tenant", b"thread", b"run", b"body"), (b"idempotency_key",), _run),
+)
+
+
+class Inbox:
+    """One inbox's consumer loop; run :meth:`run` in the node's task group."""
+
+    def __init__(
+        self,
+        queue: InboxQueue,
+        kind: InboxKind,
+        publisher: Publisher,
+        metrics: Metrics,
+        *,
+        max_body_bytes: int,
+        claim_ms: int = 30_000,
+        block_ms: int = 1_000,
+        batch: int = 100,
+    ) -> None:
+        self.queue = queue
+        self.kind = kind
+        self._publisher = publisher
+        self._metrics = metrics
+        self._max_body = max_body_bytes
+        self._claim_ms = claim_ms
+        self._block_ms = block_ms
+        self._batch = batch
+        #: Monotonic time of the last completed read (for readiness).
+        self.last_progress = 0.0
+
+    @property
+    def name(self) -> str:
+        return self.kind.name
+
+    async def run(self) -> None:
+        """Consume until cancelled; survives store outages with backoff."""
+        backoff = 0.1
+        own_pending = True  # first drain what this consumer left pending earlier
+        while True:
+            try:
+                await self.queue.ensure_group()
+                if own_pending:
+                    own_pending = await self._step(pending=True)
+                else:
+                    for message in await self.queue.claim(self._claim_ms, self._batch):
+                        await self._process(message)
+                    await self._step(pending=False)
+                backoff = 0.1
+                self.last_progress = anyio.current_time()
+            except Unavailable as exc:
+                self._metrics.redis_errors.inc()
+                log.warning(
+                    "inbox read failed", inbox=self.name, error=exc.message, retry_in=backoff
+                )
+                await anyio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+                own_pending = True
+
+    async def _step(self, *, pending: bool) -> bool:
+        """Read and process one batch; returns whether more of this kind may remain."""
+        messages = await self.queue.read(
+            pending=pending, block_ms=None if pending else self._block_ms, count=self._batch
+        )
+        for message in messages:
+            await self._process(message)
+        return len(messages) == self._batch
+
+    async def _process(self, message: InboxMessage) -> None:
+        fields = message.fields
+        if fields is None:  # deleted while pending
+            await self.queue.ack(message.id)
+            return
+        try:
+            values = self._parse(fields)
+            await self.kind.handler(self._publisher, values, fields[b"body"])
+        except Unavailable:
+            raise  # stays pending; retried after the outage
+        except GatewayError as exc:
+            await self.queue.dead_letter(message, str(exc.code), exc.message)
+            self._metrics.inbox_messages.labels(outcome="dead_lettered").inc()
+        except Exception:
+            # A poison message must never take the node down (nor every node that
+            # claims it after): dead-letter it and go on.
+            log.exception("inbox message failed", id=message.id.decode(errors="replace"))
+            await self.queue.dead_letter(message, "internal", "the gateway failed on it")
+            self._metrics.inbox_messages.labels(outcome="dead_lettered").inc()
+        else:
+            self._metrics.inbox_messages.labels(outcome="appended").inc()
+        await self.queue.ack(message.id)
+
+    def _parse(self, fields: dict[bytes, bytes]) -> Fields:
+        """The message's text fields (all but ``body``), checked."""
+        required, optional = self.kind.required, self.kind.optional
+        unknown = set(fields) - set(required) - set(optional)
+        if unknown:
+            name = sorted(unknown)[0].decode("utf-8", "replace")[:64]
+            raise InvalidRequest(f"message: unknown field {name!r}")
+        for field in required:
+            if field not in fields:
+                raise InvalidRequest(f"message: missing field {field.decode()!r}")
+        if len(fields[b"body"]) > self._max_body:
+            raise TooLarge(f"body: larger than {self._max_body} bytes")
+        values: Fields = {}
+        for field, raw in fields.items():
+            if field == b"body":
+                continue
+            try:
+                values[field] = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise InvalidRequest(f"{field.decode()}: must be UTF-8") from exc
+        if not values[b"tenant"]:
+            raise InvalidRequest("tenant: must not be empty")
+        return values

@@ -1,0 +1,364 @@
+"""Publishing: the one validate-then-append path (docs/contract.md D4).
+
+:class:`Publisher` is shared by the HTTP routes, the inboxes and the Python producer
+(:mod:`gateway.producer`), so every entry path applies exactly the same validation.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping
+
+import msgspec
+import structlog
+
+from gateway.agui.events import TERMINAL, check_body, encode
+from gateway.cursor import Cursor
+from gateway.errors import GatewayError, IdempotencyKeyReused, InvalidRequest
+from gateway.fanout.foldcache import BLOCK as FOLD_BLOCK
+from gateway.fanout.foldcache import FoldCache
+from gateway.feed import (
+    FeedKey,
+    NewItem,
+    is_run_part,
+    is_team_id,
+    run_events_feed,
+    run_feed,
+    team_feed,
+)
+from gateway.metrics import Metrics
+from gateway.runstream import check_messages, seq_key
+from gateway.store.base import FeedStore, LiveFeed
+from gateway.validate import validate_team_publish
+from gateway.wire.teamitem import team_payload
+
+log = structlog.get_logger("gateway.publisher")
+
+
+class Via(enum.StrEnum):
+    """How a publish entered the gateway (the ``path`` label of the publish metrics)."""
+
+    HTTP = "http"
+    INBOX = "inbox"
+    PRODUCER = "producer"
+
+
+def decode_body(raw: bytes) -> object:
+    """A publish body's JSON; InvalidRequest when it is empty, malformed or too deep."""
+    if not raw:
+        raise InvalidRequest("body: expected JSON, got nothing")
+    try:
+        return msgspec.json.decode(raw)
+    except msgspec.DecodeError as exc:
+        raise InvalidRequest(f"body: malformed JSON ({exc})") from exc
+    except RecursionError as exc:
+        raise InvalidRequest("body: JSON nested too deeply") from exc
+
+
+class Publisher:
+    def __init__(
+        self,
+        feeds: FeedStore,
+        live: LiveFeed,
+        folds: FoldCache,
+        metrics: Metrics,
+        *,
+        team_retention: int,
+        run_retention: int = 100_000,
+        run_finished_ttl: float = 3600.0,
+        agui_strict: bool = False,
+    ) -> None:
+        self.feeds = feeds
+        self.live = live
+        self.metrics = metrics
+        self.team_retention = team_retention
+        self.run_retention = run_retention
+        self.run_finished_ttl = run_finished_ttl
+        self.agui_strict = agui_strict
+        #: The node's fold cache: a run's fold is kept with its feed before retention
+        #: trims its start.
+        self.folds = folds
+
+    async def publish_team_json(
+        self,
+        tenant: str,
+        team: str,
+        raw: bytes,
+        *,
+        via: Via,
+        admit: Callable[[int], None] | None = None,
+    ) -> list[Cursor]:
+        """:meth:`publish_team` for a body still in JSON text (HTTP, the inbox)."""
+        body = self._decoded(raw, via)
+        return await self.publish_team(tenant, team, body, via=via, admit=admit)
+
+    def _decoded(self, raw: bytes, via: Via) -> object:
+        """The body's JSON; a body that is not JSON is counted as rejected and raised."""
+        try:
+            return decode_body(raw)
+        except InvalidRequest as exc:
+            self.reject(exc, via)
+            raise
+
+    def reject(self, exc: Exception, via: Via) -> None:
+        """Count a rejected publish (every entry path, every reason)."""
+        code = getattr(exc, "code", "internal")
+        self.metrics.publish_rejections.labels(code=str(code), path=via.value).inc()
+
+    async def publish_team(
+        self,
+        tenant: str,
+        team: str,
+        body: object,
+        *,
+        via: Via,
+        admit: Callable[[int], None] | None = None,
+    ) -> list[Cursor]:
+        """Validate a D4 body (one item or an array) and append it, all or nothing.
+
+        Raises InvalidRequest, IdempotencyKeyReused or Unavailable.  ``via`` names the
+        entry path for metrics.  ``admit``, if given, is called
+        with the number of items before any validation and may refuse the whole body
+        by raising (the HTTP route's publish rate limit).
+        """
+        try:
+            if admit is not None:
+                admit(len(body) if isinstance(body, list) else 1)
+            new = self._team_items(tenant, team, body)
+            result = await self.feeds.append(
+                team_feed(tenant, team), new, retention=self.team_retention
+            )
+        except Exception as exc:
+            self.reject(exc, via)
+            raise
+        self.metrics.published.labels(kind="team", path=via.value).inc(len(new))
+        return result.cursors
+
+    def _team_items(self, tenant: str, team: str, body: object) -> list[NewItem]:
+        """A D4 body as the items to append; raises InvalidRequest."""
+        if not is_team_id(team):
+            raise InvalidRequest("team: must be a lowercase UUID")
+        try:
+            items = validate_team_publish(body, tenant=tenant, team=team)
+            return [
+                NewItem(item.event_id, team_payload(item.source, item.event), item.host_opening)
+                for item in items
+            ]
+        except RecursionError as exc:
+            raise InvalidRequest("body: JSON nested too deeply") from exc
+
+    async def publish_team_many(
+        self, tenant: str, bodies: Mapping[str, object], *, via: Via
+    ) -> dict[str, list[Cursor] | GatewayError]:
+        """:meth:`publish_team` for several teams in one round trip.
+
+        Every body is validated before anything is appended: an invalid one raises
+        InvalidRequest (its message names the team) and nothing is appended.  Each
+        team's items are then one atomic step, but the teams are not one step
+        together: the result maps each team to its cursors or to the error its step
+        met (IdempotencyKeyReused, Unavailable).  Raises Unavailable when Redis could
+        not be reached at all (then any team's items may or may not be appended;
+        retrying keyed items is safe).
+        """
+        batches: list[tuple[str, list[NewItem]]] = []
+        for team, body in bodies.items():
+            try:
+                batches.append((team, self._team_items(tenant, team, body)))
+            except InvalidRequest as exc:
+                self.reject(exc, via)
+                raise InvalidRequest(f"team {team}: {exc.message}") from exc
+        try:
+            outcomes = await self.feeds.append_many(
+                [(team_feed(tenant, team), new) for team, new in batches],
+                retention=self.team_retention,
+            )
+        except Exception as exc:
+            self.reject(exc, via)
+            raise
+        results: dict[str, list[Cursor] | GatewayError] = {}
+        published = self.metrics.published.labels(kind="team", path=via.value)
+        for (team, new), outcome in zip(batches, outcomes, strict=True):
+            if isinstance(outcome, GatewayError):
+                self.reject(outcome, via)
+                results[team] = outcome
+            else:
+                published.inc(len(new))
+                results[team] = outcome.cursors
+        return results
+
+    async def publish_run_json(
+        self,
+        tenant: str,
+        thread_id: str,
+        run_id: str,
+        raw: bytes,
+        *,
+        via: Via,
+        idempotency_key: str | None = None,
+        admit: Callable[[int], None] | None = None,
+    ) -> list[Cursor]:
+        """:meth:`publish_run` for a body still in JSON text (HTTP, the inbox)."""
+        body = self._decoded(raw, via)
+        return await self.publish_run(
+            tenant,
+            thread_id,
+            run_id,
+            body,
+            via=via,
+            idempotency_key=idempotency_key,
+            admit=admit,
+        )
+
+    async def publish_run(
+        self,
+        tenant: str,
+        thread_id: str,
+        run_id: str,
+        body: object,
+        *,
+        via: Via,
+        idempotency_key: str | None = None,
+        admit: Callable[[int], None] | None = None,
+    ) -> list[Cursor]:
+        """Validate AG-UI events (one or an array, D4/D7) and append them, all or nothing.
+
+        ``idempotency_key`` makes a retried request safe: the same key with the same
+        events answers the first cursors again, with other events 409.  A run's
+        RUN_FINISHED or RUN_ERROR starts its grace period (``run_finished_ttl``), after
+        which the feed is deleted.
+        """
+        try:
+            if admit is not None:
+                admit(len(body) if isinstance(body, list) else 1)
+            if not is_run_part(thread_id):
+                raise InvalidRequest("thread_id: must match ^[A-Za-z0-9_.-]{1,128}$")
+            if not is_run_part(run_id):
+                raise InvalidRequest("run_id: must match ^[A-Za-z0-9_.-]{1,128}$")
+            if idempotency_key is not None and not 0 < len(idempotency_key) <= 200:
+                raise InvalidRequest("Idempotency-Key: 1 to 200 characters")
+            try:
+                events = check_body(
+                    body, thread_id=thread_id, run_id=run_id, strict=self.agui_strict
+                )
+                new = [
+                    NewItem(
+                        None if idempotency_key is None else f"{idempotency_key}#{i}",
+                        encode(event),
+                    )
+                    for i, event in enumerate(events)
+                ]
+            except RecursionError as exc:
+                raise InvalidRequest("body: JSON nested too deeply") from exc
+            feed = run_feed(tenant, thread_id, run_id)
+            if idempotency_key is not None:
+                await self._check_request_key(feed, idempotency_key, len(new))
+            result = await self.feeds.append(
+                feed, new, retention=self.run_retention, align=FOLD_BLOCK
+            )
+            if self.run_finished_ttl > 0 and any(e["type"] in TERMINAL for e in events):
+                await self.feeds.expire(feed, self.run_finished_ttl)
+            try:
+                await self.folds.persist(feed, result.state, self.run_retention)
+            except GatewayError as exc:
+                # Appended all the same; the next append near the limit tries again.
+                log.warning("keeping a run's fold failed", error=exc.message)
+        except Exception as exc:
+            self.reject(exc, via)
+            raise
+        self.metrics.published.labels(kind="run", path=via.value).inc(len(new))
+        return result.cursors
+
+    async def _check_request_key(self, feed: FeedKey, key: str, n: int) -> None:
+        """A retained ``Idempotency-Key`` must come back with as many events (the events
+        themselves are compared by the append step, item by item)."""
+        if await self.feeds.offset_of(feed, f"{key}#0") is None:
+            return
+        if (
+            await self.feeds.offset_of(feed, f"{key}#{n - 1}") is None
+            or await self.feeds.offset_of(feed, f"{key}#{n}") is not None
+        ):
+            raise IdempotencyKeyReused(
+                "Idempotency-Key was already used for a different list of events"
+            )
+
+    async def publish_run_stream_json(
+        self,
+        tenant: str,
+        thread_id: str,
+        run_id: str,
+        raw: bytes,
+        *,
+        via: Via,
+        admit: Callable[[int], None] | None = None,
+    ) -> list[Cursor | None]:
+        """:meth:`publish_run_stream` for a body still in JSON text."""
+        body = self._decoded(raw, via)
+        return await self.publish_run_stream(tenant, thread_id, run_id, body, via=via, admit=admit)
+
+    async def publish_run_stream(
+        self,
+        tenant: str,
+        thread_id: str,
+        run_id: str,
+        body: object,
+        *,
+        via: Via,
+        admit: Callable[[int], None] | None = None,
+    ) -> list[Cursor | None]:
+        """Publish SseMessages to a run's threads stream (D7b), in order.
+
+        Committed events (appended with the key ``seq:<seq>``) must continue the last
+        committed seq; a retained seq sent again with the same body is a safe retry
+        (answered with its cursor), with another body 409.  The result is stored too
+        (key ``result``); ``delta`` and ``status`` messages go to live followers only
+        (their cursor is None).  Everything is checked before anything is sent.
+        """
+        try:
+            if admit is not None:
+                admit(len(body) if isinstance(body, list) else 1)
+            if not is_run_part(thread_id) or not is_run_part(run_id):
+                raise InvalidRequest("thread_id and run_id must match ^[A-Za-z0-9_.-]{1,128}$")
+            messages = check_messages(body, thread_id=thread_id, run_id=run_id)
+            feed = run_events_feed(tenant, thread_id, run_id)
+            first = next((m["event"]["seq"] for m in messages if m["kind"] == "event"), None)
+            if first is not None and await self.feeds.offset_of(feed, seq_key(first)) is None:
+                state = await self.feeds.state(feed)
+                if (
+                    state is not None
+                    and state.head > 0
+                    and await self.feeds.offset_of(feed, seq_key(first - 1)) is None
+                ):
+                    raise InvalidRequest(
+                        f"event.seq: {first} does not follow the last committed seq"
+                    )
+            cursors: list[Cursor | None] = []
+            pending: list[NewItem] = []
+
+            async def flush() -> None:
+                if pending:
+                    result = await self.feeds.append(feed, pending, retention=self.run_retention)
+                    cursors.extend(result.cursors)
+                    pending.clear()
+
+            for message in messages:
+                kind = message["kind"]
+                if kind == "event":
+                    data = msgspec.json.encode({"kind": "event", "event": message["event"]})
+                    pending.append(NewItem(seq_key(message["event"]["seq"]), data))
+                elif kind == "result":
+                    data = msgspec.json.encode(
+                        {"kind": "result", "run_id": run_id, "result": message["result"]}
+                    )
+                    pending.append(NewItem("result", data))
+                else:
+                    await flush()
+                    await self.live.broadcast(feed, msgspec.json.encode(message))
+                    cursors.append(None)
+            await flush()
+            if self.run_finished_ttl > 0 and any(m["kind"] == "result" for m in messages):
+                await self.feeds.expire(feed, self.run_finished_ttl)
+        except Exception as exc:
+            self.reject(exc, via)
+            raise
+        self.metrics.published.labels(kind="run", path=via.value).inc(len(messages))
+        return cursors

@@ -1,0 +1,278 @@
+"""What a backend must do, by concern: feed storage, live notification, fold storage,
+and (where the backend has one) an inbox queue.
+
+Semantics of feed storage (docs/contract.md D1), identical for every implementation and
+tested against both (``tests/store``):
+
+- Offsets in an epoch are contiguous from 1; ``append`` assigns the next ones atomically.
+- An item whose key (a team event's ``event_id``) the feed still retains is not appended
+  again: its original cursor is returned.  The same key with different data raises
+  :class:`~gateway.errors.IdempotencyKeyReused` and nothing of the batch is appended.
+- A feed moves to a new, larger epoch whenever its history cannot be trusted: its
+  metadata is missing (data loss; also how a feed is created), or what this node saw of
+  it earlier is no longer there (a failover or restore rolled it back).  The new epoch
+  starts empty.
+- Retention keeps at most ``retention`` items per feed; trimming never changes the epoch.
+- Every item carries a hash-chain value ``chain = sha1_hex(previous_chain + data)`` so
+  a reader can tell that what follows its position continues what it saw.
+
+A :class:`Backend` bundles what one backend offers; the application asks it for a
+capability (``backend.inbox``, ``backend.ping``) instead of testing its type.
+"""
+
+from __future__ import annotations
+
+import abc
+import hashlib
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import msgspec
+
+from gateway.cursor import Cursor
+from gateway.errors import IdempotencyKeyReused, Unavailable
+from gateway.feed import AppendResult, FeedKey, FeedState, Known, NewItem, StoredItem
+
+#: How many feeds' last-seen positions a node remembers for rollback detection.
+KNOWN_FEEDS_LIMIT = 100_000
+
+
+def chain_next(previous: str, data: bytes) -> str:
+    """The chain value after an item (the Lua append step computes the same)."""
+    return hashlib.sha1(previous.encode("ascii") + data).hexdigest()
+
+
+def epoch_floor(now_ms: int, previous: int) -> int:
+    """A new epoch: the clock in ms, or one more than the previous if that is not later."""
+    return now_ms if now_ms > previous else previous + 1
+
+
+class KnownPositions:
+    """What this node last saw of each feed (epoch, offset, chain), for rollback checks.
+
+    Bounded: the least recently updated feeds are forgotten past ``limit``; a forgotten
+    feed is simply not checked until the node sees it again.
+    """
+
+    def __init__(self, limit: int = KNOWN_FEEDS_LIMIT) -> None:
+        self._limit = limit
+        self._known: OrderedDict[FeedKey, Known] = OrderedDict()
+
+    def get(self, feed: FeedKey) -> Known | None:
+        return self._known.get(feed)
+
+    def split(self, feed: FeedKey) -> tuple[int, int, str]:
+        """``(epoch, offset, chain)`` as the append step takes them; zeros when unknown."""
+        known = self._known.get(feed)
+        if known is None:
+            return 0, 0, ""
+        return known.epoch, known.offset, known.chain
+
+    def advance(self, feed: FeedKey, epoch: int, offset: int, chain: str) -> None:
+        """Remember a position, unless one at or beyond it is already known."""
+        current = self._known.get(feed)
+        if current is not None and (current.epoch, current.offset) >= (epoch, offset):
+            return
+        self._set(feed, Known(epoch, offset, chain))
+
+    def reset(self, feed: FeedKey, state: FeedState) -> None:
+        """The feed's state as the store reports it now (after a check or an append)."""
+        self._set(feed, Known(state.epoch, state.head, state.chain))
+
+    def forget(self, feed: FeedKey) -> None:
+        self._known.pop(feed, None)
+
+    def _set(self, feed: FeedKey, known: Known) -> None:
+        self._known[feed] = known
+        self._known.move_to_end(feed)
+        if len(self._known) > self._limit:
+            self._known.popitem(last=False)
+
+
+class Batch(msgspec.Struct):
+    """What one live read returned for one feed.
+
+    ``reset`` is set when the feed's history no longer continues the position that was
+    read from (a rollback or a loss was detected and the feed moved to a new epoch, or
+    is gone): followers of the feed must be told ``epoch_restarted``.
+    """
+
+    items: list[StoredItem]
+    reset: FeedState | None = None
+    #: Wall-clock time (seconds) the newest item was appended, by the store's clock
+    #: (Redis TIME); 0.0 when unknown.  For ``gateway_delivery_lag_seconds``.
+    appended: float = 0.0
+    #: Transient messages (never stored, see :meth:`LiveFeed.broadcast`), each with the
+    #: number of this batch's items that came before it.
+    transient: list[tuple[int, bytes]] = msgspec.field(default_factory=list)
+
+
+class FeedStore(abc.ABC):
+    """Where feeds are kept: append, state, history reads."""
+
+    #: Whether items survive a restart of the gateway.
+    durable: bool = False
+
+    def __init__(self) -> None:
+        #: What this node last saw of each feed.
+        self.known = KnownPositions()
+
+    @abc.abstractmethod
+    async def append(
+        self, feed: FeedKey, items: Sequence[NewItem], *, retention: int, align: int = 0
+    ) -> AppendResult:
+        """Append ``items`` in order as one atomic step; see the module docstring.
+
+        With ``align`` > 0 retention trims whole blocks only: the first retained
+        offset minus one stays a multiple of ``align`` (the feed keeps up to
+        ``align - 1`` items beyond ``retention``).
+
+        Raises IdempotencyKeyReused (message names the item index) or Unavailable.
+        """
+
+    async def append_many(
+        self, appends: Sequence[tuple[FeedKey, Sequence[NewItem]]], *, retention: int
+    ) -> list[AppendResult | IdempotencyKeyReused | Unavailable]:
+        """:meth:`append` for several feeds at once (one round trip on Redis).
+
+        Each feed's items are one atomic step; the feeds are not one step together.
+        Returns one entry per element of ``appends``, in order: its result, or the
+        error its step met.  Raises Unavailable when the store could not be reached at
+        all: then any step may or may not have happened (retrying keyed items is safe,
+        as with :meth:`append`).
+        """
+        results: list[AppendResult | IdempotencyKeyReused | Unavailable] = []
+        for feed, items in appends:
+            try:
+                results.append(await self.append(feed, items, retention=retention))
+            except (IdempotencyKeyReused, Unavailable) as exc:
+                results.append(exc)
+        return results
+
+    @abc.abstractmethod
+    async def state(self, feed: FeedKey) -> FeedState | None:
+        """The feed's current state, or ``None`` when the feed does not exist."""
+
+    @abc.abstractmethod
+    async def read(self, feed: FeedKey, after: Cursor, limit: int) -> list[StoredItem]:
+        """Up to ``limit`` items of epoch ``after.epoch`` with offsets above ``after.offset``.
+
+        Returns ``[]`` when there are none, including when the feed has since moved to
+        another epoch (the caller re-reads :meth:`state` to find out).
+        """
+
+    @abc.abstractmethod
+    async def offset_of(self, feed: FeedKey, key: str) -> int | None:
+        """The offset of the retained item appended with idempotency ``key``, if any."""
+
+    @abc.abstractmethod
+    async def expire(self, feed: FeedKey, seconds: float) -> None:
+        """Delete the feed ``seconds`` from now (a finished run's grace period).
+
+        Until then it is served as usual; afterwards it does not exist (404) until
+        something is published to it again, in a new epoch (D1).
+        """
+
+
+class LiveFeed(abc.ABC):
+    """How a node learns of new items (and transient messages) of the feeds it follows."""
+
+    @abc.abstractmethod
+    async def read_new(
+        self, positions: Mapping[FeedKey, Cursor], *, count: int, block_ms: int
+    ) -> dict[FeedKey, Batch]:
+        """Wait up to ``block_ms`` for items beyond each position; return those that came.
+
+        Items of a newer epoch follow the position's epoch's items in the same batch.
+        Returns an empty dict on timeout or after :meth:`wake`.  After this returns, the
+        caller must call it again with updated positions to keep following.
+        """
+
+    @abc.abstractmethod
+    async def broadcast(self, feed: FeedKey, data: bytes) -> None:
+        """Send ``data`` to the feed's live followers on every node; never stored.
+
+        Followers get it in :attr:`Batch.transient` of their next read; a node not
+        following the feed at that moment never sees it (transient by definition).
+        """
+
+    @abc.abstractmethod
+    async def wake(self) -> None:
+        """Make a blocked :meth:`read_new` return soon (the set of feeds changed)."""
+
+
+class FoldStore(abc.ABC):
+    """Run folds kept with their feed, so that trimming a run's start loses nothing the
+    prelude needs (``gateway.fanout.foldcache``)."""
+
+    @abc.abstractmethod
+    async def save_fold(self, feed: FeedKey, at: Cursor, blob: bytes, *, keep_from: int) -> None:
+        """Keep ``blob`` (a run's fold after item ``at``) with the feed; drop the ones of
+        other epochs and those below offset ``keep_from``."""
+
+    @abc.abstractmethod
+    async def load_fold(self, feed: FeedKey, at: Cursor) -> bytes | None:
+        """The blob :meth:`save_fold` kept for ``at``, if any."""
+
+
+class InboxMessage(msgspec.Struct, frozen=True):
+    """One message a producer added to an inbox; ``fields`` is None when it was deleted
+    while pending."""
+
+    id: bytes
+    fields: dict[bytes, bytes] | None
+
+
+class InboxQueue(abc.ABC):
+    """One inbox stream read by the nodes as a consumer group (docs/storage.md)."""
+
+    #: The inbox's name (``team``, ``run``, ...), for logs and readiness.
+    name: str
+
+    @abc.abstractmethod
+    async def ensure_group(self) -> None:
+        """Create the consumer group (and the stream) unless it exists."""
+
+    @abc.abstractmethod
+    async def read(self, *, pending: bool, block_ms: int | None, count: int) -> list[InboxMessage]:
+        """Up to ``count`` messages: this consumer's own pending ones (``pending``) or
+        new ones, waiting up to ``block_ms`` for them (None: do not wait)."""
+
+    @abc.abstractmethod
+    async def claim(self, idle_ms: int, count: int) -> list[InboxMessage]:
+        """Messages pending on other consumers for at least ``idle_ms`` (dead nodes)."""
+
+    @abc.abstractmethod
+    async def ack(self, message_id: bytes) -> None:
+        """The message is done (appended or dead-lettered)."""
+
+    @abc.abstractmethod
+    async def dead_letter(self, message: InboxMessage, reason: str, text: str) -> None:
+        """Copy a rejected message, with its reason code and message, to the dead letters."""
+
+
+@dataclass
+class Backend:
+    """What one backend offers, by capability.
+
+    ``inbox`` is None for a backend without inboxes (the embedded one); ``ping`` is None
+    when there is no server to ask (readiness then does not depend on it).
+    """
+
+    feeds: FeedStore
+    live: LiveFeed
+    folds: FoldStore
+    inbox: Callable[[str], InboxQueue] | None = None
+    ping: Callable[[], Awaitable[None]] | None = None
+    close: Callable[[], Awaitable[None]] | None = None
+    #: Short name for logs: ``redis``, ``embedded``.
+    name: str = "embedded"
+
+    @property
+    def durable(self) -> bool:
+        return self.feeds.durable
+
+    async def aclose(self) -> None:
+        if self.close is not None:
+            await self.close()

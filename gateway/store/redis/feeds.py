@@ -1,0 +1,229 @@
+"""Feed storage on Redis Streams: the append step, states, history reads, rollback checks.
+
+Appending and rollback checks are one Lua step (``feed.lua`` beside this file; the key
+layout and the step are described in docs/storage.md).  Every read is checked against
+what this node saw of the feed (the hash chain), so a history that was rolled back is
+noticed by whoever reads it first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping, Sequence
+from importlib import resources
+from typing import Any
+
+import redis.exceptions
+
+from gateway.cursor import Cursor
+from gateway.errors import IdempotencyKeyReused, Unavailable
+from gateway.feed import AppendResult, FeedKey, FeedState, NewItem, StoredItem
+from gateway.store.base import Batch, FeedStore, chain_next
+from gateway.store.redis.connection import RedisConnection
+
+_MAX_SEQ = 18446744073709551615  # stream ids are <ms>-<seq>, both 64-bit
+SCRIPT = resources.files("gateway.store.redis").joinpath("feed.lua").read_text()
+
+
+def stored_item(entry_id: bytes, fields: dict[bytes, bytes]) -> StoredItem:
+    """A stream entry (id ``<epoch>-<offset>``, fields ``d`` and ``c``) as an item."""
+    epoch, _, offset = entry_id.partition(b"-")
+    return StoredItem(int(epoch), int(offset), fields[b"d"], fields[b"c"].decode("ascii"))
+
+
+class RedisFeeds(FeedStore):
+    durable = True
+
+    #: Feeds checked per round trip when verifying after a server change.
+    VERIFY_BATCH = 500
+
+    def __init__(self, conn: RedisConnection) -> None:
+        super().__init__()
+        self.conn = conn
+        self._redis = conn.client
+        self._script = self._redis.register_script(SCRIPT)
+
+    def keys(self, feed: FeedKey) -> tuple[str, str, str]:
+        return self.conn.feed_keys(feed)
+
+    # -- the append step -----------------------------------------------------------------
+
+    def _args(
+        self, feed: FeedKey, mode: str, retention: int, items: Sequence[NewItem], align: int = 0
+    ) -> list[Any]:
+        """The append step's ARGV (see ``feed.lua``)."""
+        known_epoch, known_offset, known_chain = self.known.split(feed)
+        args: list[Any] = [
+            mode,
+            retention,
+            known_epoch,
+            known_offset,
+            known_chain,
+            len(items),
+            align,
+        ]
+        for item in items:
+            args += [item.key or "", item.data, "1" if item.host_opening else "0"]
+        return args
+
+    async def _run(
+        self, feed: FeedKey, mode: str, retention: int, items: Sequence[NewItem], align: int = 0
+    ) -> Any:
+        args = self._args(feed, mode, retention, items, align)
+        with self.conn.io(mode, "append" if mode == "append" else "state"):
+            return await self._script(keys=list(self.keys(feed)), args=args)
+
+    @staticmethod
+    def _state(reply: list[Any]) -> FeedState:
+        return FeedState(
+            epoch=int(reply[1]),
+            head=int(reply[2]),
+            first=int(reply[3]),
+            host=reply[5] == b"1",
+            chain=reply[4].decode("ascii"),
+        )
+
+    def _appended(self, feed: FeedKey, reply: list[Any]) -> AppendResult:
+        """The append step's reply as a result (raises IdempotencyKeyReused)."""
+        if reply[0] == b"reused":
+            raise IdempotencyKeyReused(
+                f"item {int(reply[1])}: event_id was already used for a different item"
+            )
+        state = self._state(reply)
+        cursors = [Cursor(state.epoch, int(off)) for off in reply[7:]]
+        self.known.reset(feed, state)
+        return AppendResult(cursors, reply[6] != b"", state)
+
+    async def append(
+        self, feed: FeedKey, items: Sequence[NewItem], *, retention: int, align: int = 0
+    ) -> AppendResult:
+        return self._appended(feed, await self._run(feed, "append", retention, items, align))
+
+    async def append_many(
+        self, appends: Sequence[tuple[FeedKey, Sequence[NewItem]]], *, retention: int
+    ) -> list[AppendResult | IdempotencyKeyReused | Unavailable]:
+        # One pipeline of EVALSHA calls: one write and one read for every feed, instead
+        # of a pool checkout and a round trip each.
+        calls = [
+            (feed, [*self.keys(feed)], self._args(feed, "append", retention, items))
+            for feed, items in appends
+        ]
+        replies: list[Any] = [None] * len(calls)
+        todo = list(range(len(calls)))
+        with self.conn.io("append", "append_many"):
+            for attempt in range(2):
+                async with self._redis.pipeline(transaction=False) as pipe:
+                    for i in todo:
+                        _, keys, args = calls[i]
+                        pipe.evalsha(self._script.sha, len(keys), *keys, *args)
+                    answers = await pipe.execute(raise_on_error=False)
+                for i, answer in zip(todo, answers, strict=True):
+                    replies[i] = answer
+                # A server that lost its scripts (a restart, SCRIPT FLUSH) ran none of
+                # those calls: load the script and send just them again.
+                todo = [i for i in todo if isinstance(replies[i], redis.exceptions.NoScriptError)]
+                if not todo or attempt:
+                    break
+                await self._redis.script_load(SCRIPT)
+        results: list[AppendResult | IdempotencyKeyReused | Unavailable] = []
+        for (feed, _, _), reply in zip(calls, replies, strict=True):
+            if isinstance(reply, Exception):
+                results.append(Unavailable(f"redis rejected append: {reply}"))
+                continue
+            try:
+                results.append(self._appended(feed, reply))
+            except IdempotencyKeyReused as exc:
+                results.append(exc)
+        return results
+
+    # -- state and history ---------------------------------------------------------------
+
+    async def state(self, feed: FeedKey) -> FeedState | None:
+        reply = await self._run(feed, "check", 1, ())
+        if reply[0] == b"absent":
+            return None
+        state = self._state(reply)
+        if reply[6] == b"rollback":
+            await self._rebased(feed, state)
+        return state
+
+    async def _rebased(self, feed: FeedKey, state: FeedState) -> None:
+        """A request noticed a rollback and moved the feed on: tell this node's reader."""
+        self.known.reset(feed, state)
+        self.conn.pending_resets[feed] = state
+        with contextlib.suppress(Unavailable):
+            await self.conn.wake()
+
+    async def rebase(self, feed: FeedKey) -> FeedState | None:
+        """Check the feed (moving it to a new epoch if it rolled back); None if it is gone."""
+        reply = await self._run(feed, "check", 1, ())
+        if reply[0] == b"absent":
+            self.known.forget(feed)
+            return None
+        state = self._state(reply)
+        self.known.reset(feed, state)
+        return state
+
+    async def offset_of(self, feed: FeedKey, key: str) -> int | None:
+        with self.conn.io("offset_of"):
+            raw = await self._redis.hget(self.keys(feed)[2], key)
+        return None if raw is None else int(raw)
+
+    async def expire(self, feed: FeedKey, seconds: float) -> None:
+        ms = max(1, int(seconds * 1000))
+        with self.conn.io("expire"):
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for key in (*self.keys(feed), self.conn.fold_key(feed)):
+                    pipe.pexpire(key, ms)
+                await pipe.execute()
+
+    async def read(self, feed: FeedKey, after: Cursor, limit: int) -> list[StoredItem]:
+        _, stream, _ = self.keys(feed)
+        with self.conn.io("read", "xrange"):
+            entries = await self._redis.xrange(
+                stream, f"{after.epoch}-{after.offset + 1}", f"{after.epoch}-{_MAX_SEQ}", limit
+            )
+        items = [stored_item(entry_id, fields) for entry_id, fields in entries]
+        if items and not self.continues(feed, items):
+            # The stored history contradicts what this node saw: move the feed on.
+            await self.state(feed)
+            return []
+        return items
+
+    def continues(self, feed: FeedKey, items: list[StoredItem]) -> bool:
+        """Check items against what this node saw of the feed, then remember them."""
+        known = self.known.get(feed)
+        for item in items:
+            if known is not None and item.epoch == known.epoch:
+                if item.offset == known.offset and item.chain != known.chain:
+                    return False
+                if item.offset == known.offset + 1 and item.chain != chain_next(
+                    known.chain, item.data
+                ):
+                    return False
+            if known is None or (item.epoch, item.offset) > (known.epoch, known.offset):
+                self.known.advance(feed, item.epoch, item.offset, item.chain)
+                known = self.known.get(feed)
+        return True
+
+    async def verify(self, positions: Mapping[FeedKey, Cursor]) -> dict[FeedKey, Batch]:
+        """Check, after a server change, that each followed feed still continues what
+        was seen; a :class:`Batch` with ``reset`` for every feed that was rolled back."""
+        out: dict[FeedKey, Batch] = {}
+        # A live view: feeds may come and go meanwhile, so take a list first.
+        feeds = [feed for feed in list(positions) if self.known.get(feed) is not None]
+        for start in range(0, len(feeds), self.VERIFY_BATCH):
+            chunk = feeds[start : start + self.VERIFY_BATCH]
+            with self.conn.io("verify", "verify"):
+                async with self._redis.pipeline(transaction=False) as pipe:
+                    for feed in chunk:
+                        epoch, offset, chain = self.known.split(feed)
+                        args: list[Any] = ["check", 1, epoch, offset, chain, 0, ""]
+                        await self._script(keys=list(self.keys(feed)), args=args, client=pipe)
+                    replies = await pipe.execute()
+            for feed, reply in zip(chunk, replies, strict=True):
+                if reply[0] != b"absent" and reply[6] == b"rollback":
+                    state = self._state(reply)
+                    self.known.reset(feed, state)
+                    out[feed] = Batch([], reset=state)
+        return out
