@@ -1,4 +1,4 @@
-"""Bearer tokens to principals, and what a principal may read or publish (decisions D5).
+"""Bearer tokens to principals, and what a principal may read or publish (contract D5).
 
 PyJWT does the JOSE work; its exceptions are translated to :class:`Unauthenticated`
 here.  Keys: an HS256 secret (``GATEWAY_JWT_SECRET``), an RSA or P-256 EC public key

@@ -1,4 +1,4 @@
-"""Feed cursors: ``<epoch>:<offset>`` (decisions D1).
+"""Feed cursors: ``<epoch>:<offset>`` (contract D1).
 
 Pure. Both parts are decimal integers in ``0..MAX_INT`` (the seed's events_Int).
 Leading zeros are accepted and normalised away when formatting.

@@ -1,6 +1,6 @@
 """Feeds: what a feed is called, what state it is in, and what an item is.
 
-Pure vocabulary shared by the logs, the hub and the routes (decisions D1).
+Pure vocabulary shared by the stores, the hub and the routes (contract D1).
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def run_events_feed(tenant: str, thread_id: str, run_id: str) -> FeedKey:
 
 
 class FeedState(msgspec.Struct, frozen=True):
-    """A feed's position as the log reports it.
+    """A feed's position as the store reports it.
 
     ``first`` is the offset of the oldest retained item (``head + 1`` when the epoch
     holds no retained items).  ``host`` marks a team feed that began with a host
@@ -94,7 +94,7 @@ class FeedState(msgspec.Struct, frozen=True):
 
 
 class StoredItem(msgspec.Struct, frozen=True, array_like=True):
-    """One item as the log keeps it.
+    """One item as the store keeps it.
 
     ``data`` is the kind-specific payload: for a team feed the RFC 8785 JSON of the
     TeamItem without its cursor (``"event":...,"kind":"event","source":...``), so the
@@ -131,7 +131,7 @@ class AppendResult(msgspec.Struct, frozen=True):
 
 
 class Known(msgspec.Struct, frozen=True):
-    """What this node last saw of a feed; the log uses it to notice a rollback."""
+    """What this node last saw of a feed; the store uses it to notice a rollback."""
 
     epoch: int
     offset: int

@@ -1,4 +1,4 @@
-"""Per-node and per-tenant limits: open streams, and the publish rate (decisions D5, D6).
+"""Per-node and per-tenant limits: open streams, and the publish rate (contract D5, D6).
 
 Pure bookkeeping, no I/O: the routes ask before they start work and answer
 ``429 rate_limited`` when refused.  Messages never carry another tenant's numbers.

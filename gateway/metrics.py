@@ -31,8 +31,9 @@ from gateway import __version__
 #: Disconnect reasons (``gateway_disconnects_total{reason}``): the client went away or
 #: closed; too slow; the node shut down or drained; the token expired; an error
 #: (protocol violation, store failure); the feed was reset (``epoch_restarted`` ends
-#: an SSE stream).
-DISCONNECT_REASONS = ("client", "slow", "shutdown", "auth", "error", "reset")
+#: an SSE stream); the format's stream ended with an item (a run's end on SSE).
+#: ``gateway.fanout.driver.EndReason`` names the same reasons (a test checks).
+DISCONNECT_REASONS = ("client", "slow", "shutdown", "auth", "error", "reset", "finished")
 
 #: The Redis commands timed by ``gateway_redis_command_seconds{command}``.
 REDIS_COMMANDS = (
@@ -196,11 +197,11 @@ class Metrics:
             registry=r,
         )
         self.items_read = LoopCounter(
-            "gateway_items_read_total", "Items read from the log by the live readers."
+            "gateway_items_read_total", "Items read from the store by the live readers."
         )
         self.history_items = Counter(
             "gateway_history_items_total",
-            "Items read from the log as history for joining or catching-up clients.",
+            "Items read from the store as history for joining or catching-up clients.",
             registry=r,
         )
         self.fanout_offers = LoopCounter(
@@ -221,7 +222,7 @@ class Metrics:
         self.handover_rereads = Counter(
             "gateway_handover_rereads_total",
             "Joins where items arrived between the history read and going live "
-            "(read again from the log, never lost).",
+            "(read again from the store, never lost).",
             registry=r,
         )
         self.slow_consumer_actions = Counter(
@@ -283,7 +284,7 @@ class Metrics:
         #: Live-path metrics kept as plain numbers (see the module docstring).
         self.delivery_lag = LoopHistogram(
             "gateway_delivery_lag_seconds",
-            "Seconds from an item's append (the log's clock: Redis TIME, or this "
+            "Seconds from an item's append (the store's clock: Redis TIME, or this "
             "process's clock for the embedded log) to its write to the sockets of live "
             "subscribers; observed once per delivered batch per feed, for the batch's "
             "newest item.  History replays are not observed.",

@@ -1,4 +1,4 @@
-"""The threads run stream (decisions D7b; seed ``subscribeRun``, rules 25-30), pure parts.
+"""The threads run stream (contract D7b; seed ``subscribeRun``, rules 25-30), pure parts.
 
 A run's stream carries SseMessages: committed ``{"kind": "event", "event": <events_Event>}``
 messages (stored, SSE id = the event's ``seq``), transient ``delta`` and ``status``

@@ -1,4 +1,4 @@
-"""Validation of team-feed publish bodies (decisions D4).
+"""Validation of team-feed publish bodies (contract D4).
 
 Pure: the only I/O is reading the packaged seed OpenAPI document once.
 
@@ -65,7 +65,7 @@ class TeamPublishItem(msgspec.Struct, frozen=True):
     event: dict[str, Any]
     """The validated events_Event object, as given."""
     host_opening: bool
-    """True iff the event is a ``team_opened`` of ``kind: "host"`` (decisions D3)."""
+    """True iff the event is a ``team_opened`` of ``kind: "host"`` (contract D3)."""
 
 
 # --------------------------------------------------------------------------- schema

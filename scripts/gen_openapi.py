@@ -40,7 +40,7 @@ TEAM_EVENTS = "/v1/teams/{team}/events"
 RUN_UI = "/v1/threads/{thread_id}/runs/{run_id}/ui/ag-ui"
 RUN_EVENTS = "/v1/threads/{thread_id}/runs/{run_id}/events"
 AGENT_UI = "/v1/ui/ag-ui/{agent}"
-#: Thread and run ids of run feeds (decisions D1; gateway.feed, a test checks they agree).
+#: Thread and run ids of run feeds (contract D1; gateway.feed, a test checks they agree).
 RUN_PART_PATTERN = "^[A-Za-z0-9_.-]{1,128}$"
 #: Longest Idempotency-Key of a run publish (gateway.producer; a test checks it).
 MAX_IDEMPOTENCY_KEY = 200
@@ -172,7 +172,7 @@ def access_token_param() -> dict[str, Any]:
         "required": False,
         "description": (
             "The bearer JWT, for EventSource clients that cannot set the Authorization "
-            "header (decisions D5). Used only when no Authorization header is sent. Query "
+            "header (contract D5). Used only when no Authorization header is sent. Query "
             "strings are never logged; prefer short-lived tokens here."
         ),
         "schema": {"type": "string", "minLength": 1},
@@ -197,7 +197,7 @@ def sse_headers() -> dict[str, Any]:
 
 INFO_DESCRIPTION = f"""\
 The HTTP routes of the fan-out gateway for AI-agent event streams. Its contract is \
-`decisions.md` (D1-D8); this document describes the HTTP routes only (not the WebSocket \
+`docs/contract.md` (D1-D8); this document describes the HTTP routes only (not the WebSocket \
 protocol, `GET /v1/ws`).
 
 **Seed.** `GET {TEAM_EVENTS}` follows the seed's OpenAPI 3.2.0 document "threads host \
@@ -205,7 +205,7 @@ API" (version 1, operation `subscribeTeam`, x-api `Team.events`): its parameters
 200 `text/event-stream` response with `x-sse-data` TeamItem, its 4XX response and its \
 `x-error-codes` are the seed's. `GET {RUN_EVENTS}` is the seed's `subscribeRun` \
 (x-api `Host.subscribe`, 200 with `x-sse-data` SseMessage, its 4XX), with additions its \
-description lists (decisions D7b). The component schemas TeamItem, TeamCursor, \
+description lists (contract D7b). The component schemas TeamItem, TeamCursor, \
 TeamSource, ErrorBody, Failure, events_Event, ag-ui-1 (AG-UI 1.0), \
 ag-ui-1_RunAgentInput, SseMessage and everything they reference are copied from the seed \
 unchanged. This document is OpenAPI 3.1.0 so that common tools read it; it uses nothing \
@@ -213,7 +213,7 @@ that needs 3.2.
 
 **Where the gateway adds to the seed's subscribeTeam.** (1) The route is served: the seed \
 marks it "Phase 2, not yet available"; the gateway implements the Phase 2 behaviour \
-(decisions D2, D3). (2) The `Last-Event-ID` header is declared as a parameter (the seed \
+(contract D2, D3). (2) The `Last-Event-ID` header is declared as a parameter (the seed \
 only names it in the `after` description). (3) The `access_token` query parameter, for \
 EventSource clients that cannot set headers (D5). (4) The response headers \
 `Cache-Control: no-cache` and `X-Accel-Buffering: no`. (5) Per-status error responses \
@@ -241,7 +241,7 @@ tenant's team or run and one that does not exist get byte-identical responses.
 configured on the gateway every `/v1` route answers 401."""
 
 SECURITY_DESCRIPTION = """\
-`Authorization: Bearer <JWT>` (decisions D5). The gateway checks HS256 tokens signed \
+`Authorization: Bearer <JWT>` (contract D5). The gateway checks HS256 tokens signed \
 with `GATEWAY_JWT_SECRET`; with no authenticator configured every /v1 route answers 401 \
 unauthenticated. Claims: `sub`, `iss`, `tenant` and `exp` are required; the principal is \
 `{issuer: iss, tenant, subject: sub}`, and every feed is scoped to its tenant. `scope` is \
@@ -257,7 +257,7 @@ Follow a lead team's feed as server-sent events.
 The seed marks this operation "**Phase 2, not yet available** (lane \
 29-teams-phase2-29b): Until then a cursor of any other epoch restarts the feed, follow is \
 not supported, and GET /v1/teams/{team}/events is not served." The gateway serves it and \
-implements the Phase 2 behaviour (decisions D2, D3):
+implements the Phase 2 behaviour (contract D2, D3):
 
 - The cursor is the `Last-Event-ID` header, else the `after` query parameter; the header \
 wins when both are sent. Leading zeros are accepted.
@@ -283,7 +283,7 @@ own reasons (drain, a client too slow to keep up) it just closes it, and the cli
 resumes from its last cursor."""
 
 POST_DESCRIPTION = f"""\
-Append to a team feed (decisions D4; the seed has no such route).
+Append to a team feed (contract D4; the seed has no such route).
 
 The body is one TeamPublishItem `{{"source": TeamSource, "event": events_Event}}` or a \
 non-empty JSON array of at most {MAX_BATCH_ITEMS} of them. The event is validated against \
@@ -448,10 +448,10 @@ def rate_limited_publish(known: set[str], description: str | None = None) -> dic
     return response
 
 
-# -- run feeds (decisions D4, D7, D7b) -----------------------------------------------------
+# -- run feeds (contract D4, D7, D7b) -----------------------------------------------------
 
 RUN_GET_DESCRIPTION = f"""\
-Follow a run feed as AG-UI server-sent events (decisions D7).
+Follow a run feed as AG-UI server-sent events (contract D7).
 
 Each message is `id: <epoch>:<offset>` (the item's cursor on the run feed) and one `data:` \
 line holding the AG-UI event as it was published, re-serialised as compact one-line JSON: \
@@ -499,7 +499,7 @@ stream is live; and the prelude starts with RUN_STARTED, which the AG-UI client'
 verification requires first."""
 
 RUN_POST_DESCRIPTION = f"""\
-Append AG-UI events to a run feed (decisions D4, D7; the seed has no such route).
+Append AG-UI events to a run feed (contract D4, D7; the seed has no such route).
 
 The body is one AG-UI event or a non-empty JSON array of at most {MAX_BATCH_ITEMS} of \
 them, appended all or nothing; the run feed exists from its first event on. The schema \
@@ -526,7 +526,7 @@ too_large beyond it); the events count against the tenant's publish rate \
 Redis inbox `<prefix>:inbox:run` and the Python producer apply the same checks."""
 
 ATTACH_DESCRIPTION = f"""\
-Attach an AG-UI `HttpAgent` to a run that is already going (decisions D7).
+Attach an AG-UI `HttpAgent` to a run that is already going (contract D7).
 
 The body is a RunAgentInput; the gateway reads only its `threadId` and `runId` and \
 ignores everything else. It streams that run exactly like `GET {RUN_UI}` (same cursor \
@@ -541,7 +541,7 @@ gateway has no agents and **never starts a run**: the run must have been publish
 (`POST {RUN_UI}`); this route only follows it."""
 
 SUBSCRIBE_RUN_DESCRIPTION = f"""\
-Follow a run's threads stream (decisions D7b): the seed's `subscribeRun`.
+Follow a run's threads stream (contract D7b): the seed's `subscribeRun`.
 
 - Each message's data is one SseMessage. A committed `{{"kind": "event", "event": \
 events_Event}}` carries the event's own `seq` as its SSE id. `{{"kind": "delta"}}` and \
@@ -574,7 +574,7 @@ published over `POST` on the same path (publishRunEvents), not written by a thre
 host."""
 
 RUN_EVENTS_POST_DESCRIPTION = f"""\
-Publish SseMessages to a run's threads stream (decisions D7b; the seed has no such \
+Publish SseMessages to a run's threads stream (contract D7b; the seed has no such \
 route).
 
 The body is one SseMessage or a non-empty JSON array of at most {MAX_BATCH_ITEMS} of \
@@ -1054,14 +1054,14 @@ def operational_paths() -> dict[str, Any]:
         "/healthz": get(
             "healthz",
             "Liveness",
-            "The process is alive. Does not depend on Redis (decisions D8).",
+            "The process is alive. Does not depend on Redis (contract D8).",
             {"200": {"description": "Alive.", "content": json_content(ref("HealthBody"))}},
         ),
         "/readyz": get(
             "readyz",
             "Readiness",
             "Ready to serve: Redis answered recently, the node's read loops are making "
-            "progress, and the node is not draining (decisions D8). During a drain "
+            "progress, and the node is not draining (contract D8). During a drain "
             "(SIGTERM) it answers 503.",
             {
                 "200": {
@@ -1103,7 +1103,7 @@ def gateway_schemas() -> dict[str, Any]:
     return {
         "TeamPublishItem": {
             "description": (
-                "One item to append to a team feed (decisions D4): the log it came from and "
+                "One item to append to a team feed (contract D4): the log it came from and "
                 "the committed event. Closed: unknown fields are errors."
             ),
             "type": "object",
@@ -1321,7 +1321,7 @@ def build(seed: dict[str, Any] | None = None) -> dict[str, Any]:
                     "name": "access_token",
                     "description": (
                         "The same JWT as the bearer scheme, as the access_token query "
-                        "parameter of an SSE route, for EventSource (decisions D5)."
+                        "parameter of an SSE route, for EventSource (contract D5)."
                     ),
                 },
             },

@@ -3,7 +3,7 @@
 Pure unit tests: the committed document is what scripts/gen_openapi.py generates, it is
 a valid OpenAPI 3.1 document whose every $ref resolves, every route the gateway serves is
 in it, the team-feed GET and the run stream GET say what the seed says (apart from the
-documented additions), the run-feed routes say what decisions D4, D7 and D7b say, and
+documented additions), the run-feed routes say what contract D4, D7 and D7b say, and
 its schemas accept and reject what the seed's do.
 """
 
@@ -386,7 +386,7 @@ def test_x_error_codes_name_every_error_answered(doc: dict[str, Any]) -> None:
                 assert set(listed) == codes, op["operationId"]
 
 
-# -- the run-feed routes (decisions D4, D7, D7b) ------------------------------------------
+# -- the run-feed routes (contract D4, D7, D7b) ------------------------------------------
 
 STREAM_CODES = {
     "401": "unauthenticated",

@@ -1,5 +1,5 @@
 """The fold of a run: what a client that saw it from the start knows, and the prelude
-that gives a late joiner the same (pure; decisions D7).
+that gives a late joiner the same (pure; contract D7).
 
 :class:`RunFold` applies AG-UI events one at a time, the way a strict AG-UI client does:
 chunk events are first expanded into start/content/end events per *lane* (the parent

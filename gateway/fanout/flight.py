@@ -1,6 +1,6 @@
 """Single flight: concurrent calls with the same key share one call and its result.
 
-A thousand clients joining a feed at the same cursor ask the log for the same state
+A thousand clients joining a feed at the same cursor ask the store for the same state
 and the same history pages; with this they make one request each time, not a
 thousand.  Results are shared objects: callers must not mutate them.
 """

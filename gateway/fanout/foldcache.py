@@ -92,7 +92,7 @@ class FoldCache:
         max_bytes: int = 128 * 1024 * 1024,
     ) -> None:
         self.feeds = feeds
-        self.store = folds
+        self.fold_store = folds
         self.page = page
         self.interval = interval
         self.max_feeds = max_feeds
@@ -104,7 +104,7 @@ class FoldCache:
         #: Encoded preludes recently served, by feed and cursor (LRU, bounded in bytes).
         self._preludes: OrderedDict[tuple[FeedKey, Cursor], Prelude] = OrderedDict()
         self._prelude_bytes = 0
-        #: Items folded from the log (for tests and the benchmark).
+        #: Items folded from the store (for tests and the benchmark).
         self.items_folded = 0
         #: The checkpoint :meth:`persist` last kept, per feed.
         self._persisted: dict[FeedKey, Cursor] = {}
@@ -113,8 +113,8 @@ class FoldCache:
         """The run folded over items ``1..cursor.offset`` of ``cursor.epoch``.
 
         Concurrent callers for the same cursor share the result: read it, never change
-        it (``copy()`` first to fold on).  Items the log no longer retains and no
-        checkpoint covers are missing from the fold.  Raises Unavailable when the log
+        it (``copy()`` first to fold on).  Items the store no longer retains and no
+        checkpoint covers are missing from the fold.  Raises Unavailable when the store
         cannot be read.
         """
         return await self._flight.do((feed, cursor), lambda: self._compute(feed, cursor))
@@ -186,7 +186,7 @@ class FoldCache:
                 # Retention trimmed the run's start: continue from the fold the
                 # publishers kept at the trim point (see persist), if there is one.
                 kept = Cursor(cursor.epoch, items[0].offset - 1)
-                blob = await self.store.load_fold(feed, kept)
+                blob = await self.fold_store.load_fold(feed, kept)
                 if blob is not None:
                     with contextlib.suppress(ValueError):
                         fold = RunFold.load(blob)
@@ -223,9 +223,9 @@ class FoldCache:
         at = Cursor(state.epoch, boundary)
         if boundary > state.head or self._persisted.get(feed) == at:
             return
-        if await self.store.load_fold(feed, at) is None:
+        if await self.fold_store.load_fold(feed, at) is None:
             fold = await self.at(feed, at)
-            await self.store.save_fold(feed, at, fold.dump(), keep_from=state.first - 1)
+            await self.fold_store.save_fold(feed, at, fold.dump(), keep_from=state.first - 1)
         self._persisted[feed] = at
         while len(self._persisted) > self.max_feeds:
             self._persisted.pop(next(iter(self._persisted)))

@@ -294,7 +294,7 @@ class Hub:
                 await self.hooks.after_history_page(sub)
             if sub.position >= target and self._behind(sub):
                 # The hand-over window: items arrived after this history read and
-                # before the attach; the next round reads them from the log.
+                # before the attach; the next round reads them from the store.
                 self.metrics.handover_rereads.inc()
         # Could not catch up: end it; the client resumes from where it is.
         sub.restarted(sub.position)
@@ -329,7 +329,7 @@ class Hub:
             and channel.position.epoch == pos.epoch
             and (state is None or state.head <= pos.offset)
         ):
-            # The channel believes in items the log no longer has (lost, or rolled
+            # The channel believes in items the store no longer has (lost, or rolled
             # back; the reader reports it): let the subscription attach and wait.
             channel.position = min(channel.position, pos)
         return True

@@ -5,7 +5,7 @@ from __future__ import annotations
 #: The slow-consumer policy: a connection whose subscriptions overflow more than
 #: ``MAX_CATCHUPS`` times within ``CATCHUP_WINDOW_SECONDS`` is disconnected as too slow
 #: (the client resumes from its last cursors); before that each overflow is followed by
-#: a catch-up from the log.
+#: a catch-up from the store.
 MAX_CATCHUPS = 3
 CATCHUP_WINDOW_SECONDS = 60.0
 

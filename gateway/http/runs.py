@@ -18,6 +18,7 @@ from __future__ import annotations
 import msgspec
 
 from gateway import access
+from gateway.auth import Principal
 from gateway.cursor import Cursor
 from gateway.errors import InvalidRequest, NotFound
 from gateway.feed import FeedKey, run_events_feed
@@ -47,10 +48,7 @@ async def follow(
     principal = services.principal(request)
     principal.require_subscribe()
     feed = access.run_for(principal, params["thread_id"], params["run_id"])
-    cursor = sse.request_cursor(request)
-    await sse.serve(
-        services, request, responder, principal, feed, cursor, RUN_SSE, not_found=access.NO_SUCH_RUN
-    )
+    await _serve_agui(services, request, responder, principal, feed)
 
 
 async def attach(
@@ -67,6 +65,12 @@ async def attach(
     except msgspec.DecodeError as exc:
         raise InvalidRequest(f"body: malformed JSON ({exc})") from exc
     feed = access.run_for(principal, body.threadId, body.runId)
+    await _serve_agui(services, request, responder, principal, feed)
+
+
+async def _serve_agui(
+    services: Services, request: Request, responder: Responder, principal: Principal, feed: FeedKey
+) -> None:
     cursor = sse.request_cursor(request)
     await sse.serve(
         services, request, responder, principal, feed, cursor, RUN_SSE, not_found=access.NO_SUCH_RUN

@@ -1,4 +1,4 @@
-"""Server-Sent Events framing (pure).  LF only, never CR (decisions D3).
+"""Server-Sent Events framing (pure).  LF only, never CR (contract D3).
 
 A message is ``id: <id>\\n`` (optional) then one ``data:`` line per line of the data,
 then a blank line.  Our data never holds a newline (RFC 8785 JSON and compact AG-UI

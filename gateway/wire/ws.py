@@ -1,4 +1,4 @@
-"""The ``gateway.v1`` WebSocket messages (decisions D6), pure.
+"""The ``gateway.v1`` WebSocket messages (contract D6), pure.
 
 Client messages are decoded and checked here into typed structs; server messages are
 encoded here.  Event frames are built once per item per node: the payload names the

@@ -2,7 +2,7 @@
 
 Run feeds trim in whole blocks, and publishers keep the fold at each block boundary with
 the feed before trimming reaches it (``FoldCache.persist``), so a node that never saw the
-run's start (its own empty fold cache) still builds the exact prelude (decisions D7).
+run's start (its own empty fold cache) still builds the exact prelude (contract D7).
 Both logs; for the embedded one the two nodes share one log.
 """
 

@@ -1,4 +1,4 @@
-"""GET /v1/ws: the ``gateway.v1`` WebSocket protocol over real sockets (decisions D2, D6).
+"""GET /v1/ws: the ``gateway.v1`` WebSocket protocol over real sockets (contract D2, D6).
 
 A real ``websockets`` client talks to a real node.  Tests that touch feeds run on the
 embedded log and on Redis (``node_redis``); handshake, token and keepalive tests run on
