@@ -228,15 +228,30 @@ class RunFold:
 
     # -- applying ------------------------------------------------------------------
 
-    def apply(self, event: Event) -> None:
-        """Apply one published event (chunks are expanded first)."""
+    def apply(self, event: Event) -> list[Event]:
+        """Apply one published event (chunks are expanded first).
+
+        Returns the events it stood for, in the order they were folded: the event
+        itself, preceded by the ends of chunk streams it closed, or a chunk's
+        start/content events; ``[]`` for a chunk a client rejects (skipped).
+        """
         self.applied += 1
         try:
             expanded = self._expand(event)
         except ChunkError:
-            return
+            return []
         for item in expanded:
             self._fold(item)
+        return expanded
+
+    def message(self, message_id: str) -> Message | None:
+        """The message that events naming ``message_id`` apply to (read only)."""
+        return self._ids.get(message_id)
+
+    def tool_call(self, tool_call_id: str) -> tuple[Message, dict[str, Any]] | None:
+        """The message holding the tool call that events naming ``tool_call_id`` apply
+        to, and the call's entry in its ``toolCalls`` (read only)."""
+        return self._calls.get(tool_call_id)
 
     def _close_lane(self, lane: Lane) -> list[Event]:
         open_ = self.lanes.pop(lane, None)
