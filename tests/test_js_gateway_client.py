@@ -13,6 +13,8 @@ data).  The pure parts (backoff, prelude, duplicate counting) are unit-tested in
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import subprocess
 import time
 from typing import Any
@@ -21,6 +23,7 @@ import anyio
 import httpx
 import pytest
 
+from gateway.agui.fold import RunFold
 from gateway.app import Gateway
 from gateway.auth import mint
 from tests.agui import runs
@@ -446,13 +449,32 @@ async def _publish_retrying(pub: Published, team: str, n: int) -> list[str]:
 # ---------------------------------------------------------------------------
 
 
-def test_client_unit_tests_pass(node_exe: str) -> None:
+def _expected_folds() -> dict[str, Json]:
+    """tests/agui/runs.py's runs with what the gateway's own fold makes of them, for the
+    console's fold (folds.js) to agree with."""
+    out = {}
+    for name, events in runs.ALL_RUNS.items():
+        fold = RunFold()
+        for event in events:
+            fold.apply(event)
+        texts = [m.get("content") or "" for m in fold.messages if m["role"] == "assistant"]
+        terminal = fold.terminal["type"] if fold.terminal else None
+        status = {"RUN_FINISHED": "finished", "RUN_ERROR": "error"}.get(terminal, "running")
+        expected = {"assistant_text": "|".join(t for t in texts if t), "state": fold.state}
+        out[name] = {"events": events, "expected": {**expected, "status": status}}
+    return out
+
+
+def test_js_unit_tests_pass(node_exe: str) -> None:
+    """gateway_client.test.mjs (the client on a fake socket) and folds.test.mjs (the
+    console's folds, cross-checked with gateway.agui.fold on tests/agui/runs.py)."""
     done = subprocess.run(
-        [node_exe, "--test", str(JS_DIR / "gateway_client.test.mjs")],
+        [node_exe, "--test", "gateway_client.test.mjs", "folds.test.mjs"],
         cwd=JS_DIR,
         capture_output=True,
         text=True,
         timeout=120,
+        env={**os.environ, "RUNS_JSON": json.dumps(_expected_folds())},
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "# fail 0" in done.stdout, done.stdout
+    assert "# fail 0" in done.stdout and "# skipped 0" in done.stdout, done.stdout
