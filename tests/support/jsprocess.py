@@ -31,7 +31,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 
 JS_DIR = Path(__file__).parent.parent / "js"
 CHROMIUM = Path("/usr/bin/chromium")
-JS_PACKAGES = ("ws", "playwright-core")
+JS_PACKAGES = ("ws", "playwright-core", "typescript")
 #: Longest JSON line a program may print (a status with many events).
 MAX_LINE = 1 << 26
 
