@@ -42,6 +42,14 @@ const app = {
 function signIn(token) {
   token = token.trim();
   if (!token) return;
+  if (app.client?.state === "unauthenticated") {
+    // The token expired or was refused: go on with the new one, keeping what is watched.
+    app.token = token;
+    sessionStorage.setItem(TOKEN_KEY, token);
+    $("sign-in").hidden = true;
+    app.client.setToken(token);
+    return;
+  }
   signOut({ keepToken: true });
   app.token = token;
   sessionStorage.setItem(TOKEN_KEY, token);
@@ -409,6 +417,9 @@ function watch(feed) {
     },
     onRestart: (d) => {
       w.setStatus("pending");
+      // The run is told again from the new cursor (prelude or history): fold it afresh
+      // rather than append its text a second time.
+      if (w.view) w.view = newRunView();
       w.note(
         `epoch_restarted: resuming from ${d.cursor}` +
           (d.previous ? ` (was at ${d.previous}; items in between may be missing)` : ""),

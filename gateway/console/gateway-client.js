@@ -271,8 +271,10 @@ export class GatewayClient extends EventTarget {
       entry = new Feed(feed, handlers);
       this._feeds.set(feed, entry);
     }
+    // Otherwise the feed is subscribed when the socket opens: connecting now would
+    // jump a backoff under way.
     if (this._isOpen()) this._sendSubscribe(entry);
-    else this.connect();
+    else if (this._state === "idle") this.connect();
     return this._handle(feed);
   }
 

@@ -14,7 +14,7 @@
 //     {"id", "cmd": "viewport", "width", "height"}   {"id", "cmd": "colorScheme", "value"}
 //     {"id", "cmd": "close"}                         (then exit 0)
 // Also, as they happen: {"kind": "pageerror", "message"} and
-// {"kind": "console", "type", "text"} for every console message of the page.
+// {"kind": "console", "type", "text", "url"} for every console message of the page.
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -60,7 +60,9 @@ try {
 }
 const page = context.pages()[0] ?? (await context.newPage());
 page.setDefaultTimeout(timeoutMs);
-page.on("console", (msg) => emit({ kind: "console", type: msg.type(), text: msg.text() }));
+page.on("console", (msg) =>
+  emit({ kind: "console", type: msg.type(), text: msg.text(), url: msg.location()?.url ?? null }),
+);
 page.on("pageerror", (err) => emit({ kind: "pageerror", message: String(err?.stack ?? err) }));
 
 /** The expression, or with an argument the call of the function it is. */

@@ -360,6 +360,7 @@ describe("reconnecting", () => {
       delayMs: 100, // 0.5 * min(1000, 100 * 2^1): a loss starts one step up
       attempt: 1,
     });
+    follow(client, seen, RUN); // does not jump the backoff
     mock.timers.tick(99);
     await settle();
     assert.equal(FakeSocket.instances.length, 1);
@@ -376,6 +377,7 @@ describe("reconnecting", () => {
     assert.deepEqual(again.subscribes(), [
       { type: "subscribe", feed: TEAM, after: "1:1" },
       { type: "subscribe", feed: TEAM2 },
+      { type: "subscribe", feed: RUN },
     ]);
     const resumed = [];
     client.addEventListener("subscribed", (e) => resumed.push(e.detail));
