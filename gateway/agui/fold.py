@@ -24,6 +24,7 @@ more if the current fold must be kept (checkpoints).
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jsonpatch
@@ -94,6 +95,9 @@ _END_OF = {_TEXT: "TEXT_MESSAGE_END", _TOOL: "TOOL_CALL_END", _REASONING: "REASO
 _ID_OF = {_TEXT: "messageId", _TOOL: "toolCallId", _REASONING: "messageId"}
 
 Lane = str | None
+#: Gives the activity message a late joiner needs in place of a folded one (see
+#: :meth:`RunFold.prelude`); None leaves the message out.
+ActivityCompactor = Callable[[Message], Message | None]
 
 
 class ChunkError(ValueError):
@@ -645,9 +649,8 @@ class RunFold:
         activity = self.messages[index]
         _merge_metadata(activity, e)
         content = activity.get("content")
-        patched = self._patched(
-            copy.deepcopy(content if content is not None else {}), e.get("patch") or []
-        )
+        # _patched works on a copy and gives back its argument itself when the patch fails.
+        patched = self._patched(content if content is not None else {}, e.get("patch") or [])
         if patched is content:
             return
         self._replace(index, {**activity, "content": patched, "activityType": e["activityType"]})
@@ -664,10 +667,20 @@ class RunFold:
 
     # -- the prelude -----------------------------------------------------------------
 
-    def prelude(self, thread_id: str, run_id: str) -> list[Event]:
+    def prelude(
+        self,
+        thread_id: str,
+        run_id: str,
+        *,
+        compactors: Mapping[str, ActivityCompactor] | None = None,
+    ) -> list[Event]:
         """The events that bring a fresh client to this fold (see the module docstring).
 
-        When the run has ended the terminal event closes the prelude.
+        When the run has ended the terminal event closes the prelude.  ``compactors``
+        maps an activity type to a function giving the activity message a late joiner
+        needs instead of the folded one (None leaves it out of ``MESSAGES_SNAPSHOT``):
+        a dialect whose activity content is a history (A2UI surfaces) sends its current
+        state.  The fold itself keeps what a client that saw everything holds.
         """
         started = self.run_started or {
             "type": "RUN_STARTED",
@@ -677,7 +690,7 @@ class RunFold:
         out: list[Event] = [
             started,
             {"type": "STATE_SNAPSHOT", "snapshot": self.state},
-            {"type": "MESSAGES_SNAPSHOT", "messages": self.messages},
+            {"type": "MESSAGES_SNAPSHOT", "messages": _compacted(self.messages, compactors)},
         ]
         if self.terminal is not None:
             out.append(self.terminal)
@@ -727,6 +740,24 @@ class RunFold:
         for lane, (kind, fields) in self.lanes.items():
             out.append(_reopen_chunk(kind, fields, lane))
         return out
+
+
+def _compacted(
+    messages: list[Message], compactors: Mapping[str, ActivityCompactor] | None
+) -> list[Message]:
+    if not compactors:
+        return messages
+    out: list[Message] = []
+    for message in messages:
+        kind = message.get("activityType")
+        compactor = compactors.get(kind) if isinstance(kind, str) else None
+        if compactor is None or message.get("role") != "activity":
+            out.append(message)
+            continue
+        compacted = compactor(message)
+        if compacted is not None:
+            out.append(compacted)
+    return out
 
 
 def _deep(value: Any) -> Any:

@@ -216,3 +216,56 @@ def test_dump_keeps_integers_beyond_64_bits() -> None:
     fold = fold_of([{"type": "STATE_SNAPSHOT", "snapshot": {"big": 2**70, "f": 0.1}}])
     assert RunFold.load(fold.dump()).state == {"big": 2**70, "f": 0.1}
     assert fold.copy().state == {"big": 2**70, "f": 0.1}
+
+
+def test_the_prelude_compacts_activities_by_type_and_the_fold_keeps_them() -> None:
+    def activity(mid: str, kind: str, content: dict[str, Any]) -> Event:
+        return {
+            "type": "ACTIVITY_SNAPSHOT",
+            "messageId": mid,
+            "activityType": kind,
+            "content": content,
+        }
+
+    fold = fold_of(
+        [
+            {"type": "RUN_STARTED", "threadId": THREAD, "runId": RUN},
+            activity("a", "log", {"lines": [1, 2, 3]}),
+            activity("b", "log", {"lines": []}),
+            activity("c", "other", {"lines": [4]}),
+            {"type": "TEXT_MESSAGE_START", "messageId": "log", "role": "assistant"},
+        ]
+    )
+
+    def last_line(message: dict[str, Any]) -> dict[str, Any] | None:
+        lines = message["content"]["lines"]
+        return {**message, "content": {"lines": lines[-1:]}} if lines else None
+
+    snapshot = fold.prelude(THREAD, RUN, compactors={"log": last_line})[2]["messages"]
+    assert [(m["id"], m.get("content")) for m in snapshot] == [
+        ("a", {"lines": [3]}),
+        ("c", {"lines": [4]}),
+        ("log", ""),
+    ]
+    assert fold.prelude(THREAD, RUN, compactors={})[2]["messages"] == fold.messages
+    assert fold.messages[0]["content"] == {"lines": [1, 2, 3]}
+
+
+def test_an_activity_delta_that_does_not_apply_changes_nothing() -> None:
+    snapshot = {"type": "ACTIVITY_SNAPSHOT", "messageId": "a", "activityType": "p", "content": {}}
+    fold = fold_of([snapshot])
+    before = [dict(m) for m in fold.messages]
+    fold.apply(
+        {
+            "type": "ACTIVITY_DELTA",
+            "messageId": "a",
+            "activityType": "q",
+            "patch": [{"op": "remove", "path": "/missing"}],
+        }
+    )
+    # As the client: a patch that fails leaves the activity, its type included, as it was.
+    assert fold.messages == before
+    fold.apply(
+        {**snapshot, "type": "ACTIVITY_DELTA", "patch": [{"op": "add", "path": "/n", "value": 1}]}
+    )
+    assert fold.messages[0]["content"] == {"n": 1}
