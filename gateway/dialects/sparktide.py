@@ -18,16 +18,14 @@ from __future__ import annotations
 import enum
 import functools
 import re
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import jsonschema_rs
+import msgspec
 
+from gateway.canonical import canonical
 from gateway.dialects import seeds
 from gateway.errors import IdempotencyKeyReused, InvalidRequest
-from gateway.wire.canonical import canonical
-
-if TYPE_CHECKING:
-    from gateway.dialects.sparktide_agui import RunState
 
 Event = dict[str, Any]
 
@@ -173,6 +171,21 @@ class Verdict(enum.Enum):
     """A new event, next in its message: translate and append it."""
     RETRY = "retry"
     """Already published with this very body: answer the cursor it got the first time."""
+
+
+class RunState(msgspec.Struct, frozen=True, kw_only=True):
+    """What translating a run's next event depends on (``gateway.dialects.sparktide_agui``)."""
+
+    message_id: str | None = None
+    """The run's message (set by its first event)."""
+    sequence: int = 0
+    """The last sequence of the message the run holds (0: none yet)."""
+    ended: bool = False
+    """The run ended (``message.completed``, or an ``error`` that is not retryable)."""
+    subagents: tuple[str, ...] = ()
+    """Open subagents (``agentCallId`` of agents at depth >= 1), in opening order."""
+    steps: tuple[tuple[str, str | None], ...] = ()
+    """Open steps as ``(stepName, subagentRunId or None)``, in opening order."""
 
 
 def check_sequence(

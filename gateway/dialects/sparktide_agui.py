@@ -35,6 +35,7 @@ import msgspec
 from gateway.agui.fold import RunFold
 from gateway.dialects.sparktide import (
     EVENT_NAMES,
+    RunState,
     Verdict,
     check_sequence,
     event_key,
@@ -57,21 +58,6 @@ MAX_OPEN: Final = 256
 
 def is_success(status: str) -> bool:
     return status.upper() in SUCCESS_STATUSES
-
-
-class RunState(msgspec.Struct, frozen=True, kw_only=True):
-    """What the translation of a run's next event depends on (see the module docstring)."""
-
-    message_id: str | None = None
-    """The run's message (set by its first event)."""
-    sequence: int = 0
-    """The last sequence of the message the run holds (0: none yet)."""
-    ended: bool = False
-    """The run ended (``message.completed``, or an ``error`` that is not retryable)."""
-    subagents: tuple[str, ...] = ()
-    """Open subagents (``agentCallId`` of agents at depth >= 1), in opening order."""
-    steps: tuple[tuple[str, str | None], ...] = ()
-    """Open steps as ``(stepName, subagentRunId or None)``, in opening order."""
 
 
 class Planned(msgspec.Struct, frozen=True):

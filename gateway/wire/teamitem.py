@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.canonical import canonical
 from gateway.cursor import Cursor
-from gateway.wire.canonical import canonical
 
 
 def team_payload(source: Any, event: Any) -> bytes:

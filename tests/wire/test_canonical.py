@@ -10,8 +10,8 @@ import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gateway.canonical import canonical
 from gateway.errors import InvalidRequest
-from gateway.wire.canonical import canonical
 
 # RFC 8785 Appendix B: IEEE 754 bit patterns and their canonical serialisation.
 NUMBERS = [

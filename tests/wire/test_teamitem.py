@@ -7,9 +7,9 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gateway.canonical import canonical
 from gateway.cursor import MAX_INT, Cursor
 from gateway.wire import sse
-from gateway.wire.canonical import canonical
 from gateway.wire.teamitem import epoch_restarted_item, team_item, team_payload
 
 json_values = st.recursive(
