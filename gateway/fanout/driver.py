@@ -21,7 +21,7 @@ import anyio
 import structlog
 
 from gateway.cursor import Cursor
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, InvalidCursor
 from gateway.fanout.foldcache import FoldCache
 from gateway.fanout.hub import Hub
 from gateway.fanout.outbox import Outbox
@@ -94,16 +94,23 @@ class Driver:
         #: The failure that ended the subscription with ``EndReason.ERROR``.
         self.error: GatewayError | None = None
 
-    async def open(self, feed: FeedKey, cursor: Cursor | None, fmt: Format) -> Subscription:
+    async def open(
+        self, feed: FeedKey, cursor: Cursor | None, fmt: Format, *, after_piece: int | None = None
+    ) -> Subscription:
         """Plan and register the subscription and compute its prelude; nothing is sent.
 
+        ``after_piece`` resumes a stateful format mid-item: the client holds pieces up to
+        ``after_piece`` of the item at ``cursor`` (an AI SDK chunk id ``E:O:K``).
         Raises NotFound, InvalidCursor or Unavailable before any output, so the
         transport can still answer with an error status.  The caller must call
         :meth:`close` once it holds the returned subscription, on every exit path.
         """
         sub = await self.hub.open(feed, cursor, fmt)
         try:
-            if needs_prelude(fmt, sub):
+            if fmt.encoder is not None:
+                if sub.state is SubState.CATCHING_UP:
+                    await self._stateful_join(sub, after_piece)
+            elif needs_prelude(fmt, sub):
                 assert fmt.prelude is not None
                 events, ended = await self.folds.prelude(sub.feed, sub.position)
                 self.prelude = fmt.prelude(sub.feed, sub.position, events)
@@ -116,6 +123,28 @@ class Driver:
             raise
         self.sub = sub
         return sub
+
+    async def _stateful_join(self, sub: Subscription, after_piece: int | None) -> None:
+        """A stateful format's encoder at the join, and what the client gets first: the
+        rest of a half-sent item (``after_piece``), or the encoder's prelude (a compact
+        replay of the run so far) when joining past the start."""
+        fmt, feed, position = sub.fmt, sub.feed, sub.position
+        assert fmt.encoder is not None
+        if after_piece is None:
+            encoder = fmt.encoder(feed, await self.folds.at(feed, position))
+            self.prelude = encoder.prelude(position) if position.offset else b""
+        else:
+            if position.offset == 0:
+                raise InvalidCursor("cursor: there is no item at offset 0")
+            before = Cursor(position.epoch, position.offset - 1)
+            encoder = fmt.encoder(feed, await self.folds.at(feed, before))
+            items = await self.folds.feeds.read(feed, before, 1)
+            if not items or items[0].cursor != position:
+                raise InvalidCursor("cursor: that item is no longer retained")
+            self.prelude = encoder.frame(feed, items[0], after=after_piece)
+        sub.encoder = encoder
+        if encoder.ended and fmt.ends is not None:
+            sub.state = SubState.ENDED  # the run had ended: the prelude closes the stream
 
     def attach(self, outbox: Outbox) -> None:
         """The connection's outbox, where the hub writes live items (before running)."""
@@ -147,6 +176,10 @@ class Driver:
             while True:
                 state = sub.state
                 if state is SubState.CATCHING_UP:
+                    if sub.fmt.encoder is not None and sub.encoder is None:
+                        # Back from the live path (its encoder stayed with the hub).
+                        fold = await self.folds.at(sub.feed, sub.position)
+                        sub.encoder = sub.fmt.encoder(sub.feed, fold)
                     await self.hub.catch_up(sub, lambda data: self._write(sink, data))
                     sub.outbox.wrote = True
                 elif state is SubState.LIVE:

@@ -28,7 +28,7 @@ from gateway.feed import FeedKey, FeedKind, FeedState, StoredItem
 from gateway.metrics import Metrics
 from gateway.resume import Restart, plan, restart_cursor
 from gateway.store.base import Batch, FeedStore, LiveFeed
-from gateway.wire.format import Format
+from gateway.wire.format import Encoder, Format
 
 log = structlog.get_logger("gateway.hub")
 
@@ -55,7 +55,7 @@ class Hooks:
 
 
 class Channel:
-    __slots__ = ("feed", "position", "subs")
+    __slots__ = ("encoders", "feed", "position", "subs")
 
     def __init__(self, feed: FeedKey, position: Cursor) -> None:
         self.feed = feed
@@ -63,6 +63,9 @@ class Channel:
         self.position = position
         #: Every subscription of this feed on this node, live or catching up.
         self.subs: set[Subscription] = set()
+        #: Stateful formats' encoders by format name, each with the position it is at:
+        #: one per format, shared by every live subscriber of it.
+        self.encoders: dict[str, tuple[Encoder, Cursor]] = {}
 
 
 class _Encoded:
@@ -256,6 +259,7 @@ class Hub:
                 return
             if sub.position >= channel.position:
                 sub.state = SubState.LIVE
+                self._adopt_encoder(channel, sub)
                 return
             target = channel.position
             position = sub.position
@@ -277,7 +281,11 @@ class Hub:
             end = end_index(items, sub.fmt.ends)
             if end is not None:
                 items = items[: end + 1]  # the stream ends with this item
-            page = b"".join(sub.fmt.frame(feed, item) for item in items)
+            encoder = sub.encoder
+            if encoder is not None:
+                page = b"".join(encoder.frame(feed, item) for item in items)
+            else:
+                page = b"".join(sub.fmt.frame(feed, item) for item in items)
             await write(page)
             sub.position = items[-1].cursor
             average = max(1, len(page) // len(items))
@@ -299,6 +307,14 @@ class Hub:
         # Could not catch up: end it; the client resumes from where it is.
         sub.restarted(sub.position)
         self.metrics.epoch_restarts.inc()
+
+    @staticmethod
+    def _adopt_encoder(channel: Channel, sub: Subscription) -> None:
+        """A stateful subscription goes live: its encoder becomes the channel's (the
+        one already there, at the channel's position, serves it just as well)."""
+        encoder, sub.encoder = sub.encoder, None
+        if encoder is not None and sub.fmt.name not in channel.encoders:
+            channel.encoders[sub.fmt.name] = (encoder, sub.position)
 
     def _behind(self, sub: Subscription) -> bool:
         channel = self.channels.get(sub.feed)
@@ -345,6 +361,9 @@ class Hub:
         self.metrics.subscriptions.labels(
             transport=sub.fmt.transport, kind=sub.feed.kind.value
         ).dec()
+        name = sub.fmt.name
+        if name in channel.encoders and not any(s.fmt.name == name for s in channel.subs):
+            del channel.encoders[name]
         if not channel.subs:
             del self.channels[sub.feed]
             if not self.channels:
@@ -474,8 +493,11 @@ class Hub:
             enc = encoded.get(sub.fmt.name)
             if enc is None:
                 enc = encoded[sub.fmt.name] = _Encoded(
-                    sub.fmt.transport, self._encode(channel.feed, sub.fmt, items)
+                    sub.fmt.transport, self._encode(channel, sub.fmt, items)
                 )
+            if not enc.chunks:  # a stateful format without an encoder here: catch up
+                sub.overflow()
+                continue
             for chunk in enc.chunks:
                 if not sub.offer(chunk):
                     sub.overflow()
@@ -485,6 +507,11 @@ class Hub:
                     break
             else:
                 enc.taken += 1
+        if channel.encoders:
+            # An encoder no live subscriber used this batch did not advance: drop it
+            # (a subscriber catching up brings its own).
+            for name in [n for n in channel.encoders if n not in encoded]:
+                del channel.encoders[name]
         # Metrics once per batch (per format), not per subscriber.
         metrics = self.metrics
         delivered = 0
@@ -500,13 +527,26 @@ class Hub:
         if delivered and appended:
             metrics.delivery_lag.observe(max(0.0, time.time() - appended))
 
-    def _encode(self, feed: FeedKey, fmt: Format, items: list[StoredItem]) -> list[Chunk]:
+    def _encode(self, channel: Channel, fmt: Format, items: list[StoredItem]) -> list[Chunk]:
         """Encode a batch once, in chunks of at most ``offer_chunk_bytes`` (whole frames).
 
         Chunks keep every write within a connection's byte bound: a connection that
-        takes everything at once gets the chunks back to back.
+        takes everything at once gets the chunks back to back.  A stateful format is
+        framed by the channel's encoder (items at or before its position get no frames:
+        every live subscriber of it is past them); without one (or with one of another
+        epoch) there is nothing to offer: ``[]``.
         """
-        frames = [fmt.frame(feed, item) for item in items]
+        feed = channel.feed
+        if fmt.encoder is None:
+            frames = [fmt.frame(feed, item) for item in items]
+        else:
+            entry = channel.encoders.get(fmt.name)
+            if entry is None or entry[1].epoch != items[0].epoch:
+                channel.encoders.pop(fmt.name, None)
+                return []
+            encoder, at = entry
+            frames = [b"" if item.cursor <= at else encoder.frame(feed, item) for item in items]
+            channel.encoders[fmt.name] = (encoder, max(at, items[-1].cursor))
         limit = self.offer_chunk_bytes
         chunks: list[Chunk] = []
         start = size = 0

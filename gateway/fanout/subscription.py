@@ -15,7 +15,7 @@ import anyio
 from gateway.cursor import Cursor
 from gateway.fanout.outbox import Outbox
 from gateway.feed import FeedKey, StoredItem
-from gateway.wire.format import Format
+from gateway.wire.format import Encoder, Format
 
 
 def end_index(items: Sequence[StoredItem], ends: Callable[[StoredItem], bool] | None) -> int | None:
@@ -70,6 +70,7 @@ class Subscription:
 
     __slots__ = (
         "_ready",
+        "encoder",
         "feed",
         "fmt",
         "head",
@@ -98,6 +99,9 @@ class Subscription:
         self._ready: anyio.Event | None = None
         #: Set when its first catch-up (the join's history replay) has ended.
         self.replayed = False
+        #: A stateful format's encoder at :attr:`position` while this subscription
+        #: catches up; the hub takes it over when the subscription goes live.
+        self.encoder: Encoder | None = None
 
     def offer(self, chunk: Chunk) -> bool:
         """Write the frames of the chunk's items after :attr:`position` at once.

@@ -31,6 +31,7 @@ from websockets.typing import Subprotocol
 from gateway import access
 from gateway.auth import Principal, bearer_token
 from gateway.cursor import Cursor, parse_cursor
+from gateway.dialects.ai_sdk_wire import parse_chunk_id
 from gateway.errors import (
     CloseCode,
     ErrorCode,
@@ -48,6 +49,8 @@ from gateway.feed import FeedKey, FeedKind
 from gateway.http.server import Request, Responder, Stream, connection_id
 from gateway.http.services import Services
 from gateway.wire import ws
+from gateway.wire.aisdk import AI_SDK_WS
+from gateway.wire.format import Format
 from gateway.wire.formats import RUN_WS, TEAM_WS
 
 log = structlog.get_logger("gateway.ws")
@@ -55,6 +58,33 @@ log = structlog.get_logger("gateway.ws")
 #: How long a closing socket waits for the client's close frame.
 CLOSE_TIMEOUT = 2.0
 TRANSPORT = "ws"
+
+
+#: The formats a run feed can be followed in (the ``format`` of a subscribe message).
+RUN_FORMATS: dict[str, Format] = {"ag-ui": RUN_WS, "ai-sdk": AI_SDK_WS}
+
+
+def wire_format(feed: FeedKey, name: str | None) -> Format:
+    """The format a subscription asked for; InvalidRequest for one the feed has not."""
+    if feed.kind is FeedKind.TEAM:
+        if name is None:
+            return TEAM_WS
+        raise InvalidRequest("format: team feeds have no other format")
+    fmt = RUN_FORMATS.get("ag-ui" if name is None else name)
+    if fmt is None:
+        raise InvalidRequest("format: must be one of " + ", ".join(sorted(RUN_FORMATS)))
+    return fmt
+
+
+def subscribe_cursor(fmt: Format, after: str | None) -> tuple[Cursor | None, int | None]:
+    """The subscription's ``after``: a cursor, or for the AI SDK format a chunk id
+    ``E:O:K`` too (resume after chunk K of the event at ``E:O``)."""
+    if after is None:
+        return None, None
+    if fmt is AI_SDK_WS:
+        chunk = parse_chunk_id(after)
+        return chunk.cursor, chunk.chunk
+    return parse_cursor(after), None
 
 
 def _offered_subprotocols(request: Request) -> list[str]:
@@ -223,7 +253,8 @@ class Session:
         name = message.feed
         try:
             key = access.feed_named(self.principal, name)
-            cursor = parse_cursor(message.after) if message.after is not None else None
+            fmt = wire_format(key, message.format)
+            cursor, piece = subscribe_cursor(fmt, message.after)
         except GatewayError as exc:
             # An error about a feed ends that feed's subscription, and only that one.
             self._unsubscribe(name)
@@ -247,7 +278,7 @@ class Session:
         entry = self.entries[name] = _Entry(self, name)
         entry.scope = anyio.CancelScope()
         assert self._tg is not None
-        self._tg.start_soon(self._join, entry, key, cursor)
+        self._tg.start_soon(self._join, entry, key, cursor, fmt, piece)
 
     def _unsubscribe(self, name: str) -> None:
         entry = self.entries.pop(name, None)
@@ -259,15 +290,16 @@ class Session:
         """The open subscriptions by feed name."""
         return {n: e.sub for n, e in self.entries.items() if e.sub is not None}
 
-    async def _join(self, entry: _Entry, key: FeedKey, cursor: Cursor | None) -> None:
+    async def _join(
+        self, entry: _Entry, key: FeedKey, cursor: Cursor | None, fmt: Format, piece: int | None
+    ) -> None:
         """Open a subscription (with its prelude), then drive it until it is live."""
         assert entry.scope is not None
         name = entry.name
         with entry.scope:
             driver = self.services.driver(self._overflows)
-            fmt = RUN_WS if key.kind is FeedKind.RUN else TEAM_WS
             try:
-                sub = await driver.open(key, cursor, fmt)
+                sub = await driver.open(key, cursor, fmt, after_piece=piece)
             except GatewayError as exc:
                 if self.entries.get(name) is entry:  # not replaced or unsubscribed meanwhile
                     del self.entries[name]

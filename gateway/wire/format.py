@@ -8,12 +8,45 @@ and the item.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
+from gateway.agui.fold import RunFold
 from gateway.cursor import Cursor
 from gateway.feed import FeedKey, StoredItem
 
 #: Encodes the prelude events (compact JSON each) for a join at a cursor.
 PreludeEncoder = Callable[[FeedKey, Cursor, Sequence[bytes]], bytes]
+
+
+class Encoder(Protocol):
+    """A stateful format's encoding of one run feed from some position on.
+
+    Its frames depend on what came before the item (the run fold), but are the same for
+    every subscriber at the same position, so the hub keeps one encoder per feed and
+    format and hands its bytes to every live subscriber of that format.
+    """
+
+    @property
+    def ended(self) -> bool:
+        """The run had ended at the encoder's position."""
+        ...
+
+    def frame(self, feed: FeedKey, item: StoredItem, after: int | None = None) -> bytes:
+        """The item's frames (advancing the encoder); with ``after`` only those after
+        the item's ``after``-th piece (a client resuming mid-item).  Raises
+        InvalidCursor when the item has no piece ``after``."""
+        ...
+
+    def prelude(self, joined: Cursor) -> bytes:
+        """What a client joining at this position (``joined``) gets before the items
+        after it."""
+        ...
+
+    def copy(self) -> Encoder: ...
+
+
+#: Builds a stateful format's encoder positioned after the items ``fold`` holds.
+EncoderFactory = Callable[[FeedKey, RunFold], Encoder]
 
 
 class Format:
@@ -26,10 +59,21 @@ class Format:
     ``transient``, if given, encodes the feed's transient messages for live followers.
     ``prelude``, if given, encodes what a client joining past the feed's first item
     gets before the items (a run's AG-UI prelude, docs/contract.md D7); formats without
-    it start with the items after the cursor.
+    it start with the items after the cursor.  ``encoder``, if given, makes the format
+    stateful (its frames depend on the run so far, docs/contract.md D10): items are
+    framed by an :class:`Encoder` built from the run's fold, not by ``frame``.
     """
 
-    __slots__ = ("ends", "frame", "name", "prelude", "restart", "transient", "transport")
+    __slots__ = (
+        "encoder",
+        "ends",
+        "frame",
+        "name",
+        "prelude",
+        "restart",
+        "transient",
+        "transport",
+    )
 
     def __init__(
         self,
@@ -41,6 +85,7 @@ class Format:
         ends: Callable[[StoredItem], bool] | None = None,
         transient: Callable[[FeedKey, bytes], bytes] | None = None,
         prelude: PreludeEncoder | None = None,
+        encoder: EncoderFactory | None = None,
     ) -> None:
         self.name = name
         self.frame = frame
@@ -50,6 +95,7 @@ class Format:
         #: Encodes a transient message (never stored); None: the format carries none.
         self.transient = transient
         self.prelude = prelude
+        self.encoder = encoder
 
     def __repr__(self) -> str:
         return f"Format({self.name!r})"

@@ -62,7 +62,8 @@ def _run_ws_frame(feed: FeedKey, item: StoredItem) -> bytes:
     return ws.frame(ws.event_payload(feed.public_name, item.cursor, item.data))
 
 
-def _is_terminal(item: StoredItem) -> bool:
+def is_terminal(item: StoredItem) -> bool:
+    """The item is a run's RUN_FINISHED or RUN_ERROR."""
     return run_event_type(item.data) in TERMINAL
 
 
@@ -99,7 +100,7 @@ RUN_SSE = Format(
     _run_sse_frame,
     _run_sse_restart,
     transport="sse",
-    ends=_is_terminal,
+    ends=is_terminal,
     prelude=_run_sse_prelude,
 )
 #: A run feed as ``gateway.v1`` event frames carrying the AG-UI event.

@@ -17,6 +17,8 @@ import pytest
 from gateway.agui.events import encode
 from gateway.agui.fold import RunFold
 from gateway.cursor import Cursor
+from gateway.dialects.ai_sdk import AiSdkTranslator, compact
+from gateway.dialects.ai_sdk_wire import DONE, event_frames, unnumbered_frames
 from gateway.errors import InvalidCursor, NotFound, Unavailable
 from gateway.fanout.driver import Driver, EndReason, needs_prelude
 from gateway.fanout.foldcache import BLOCK, FoldCache
@@ -27,6 +29,7 @@ from gateway.fanout.subscription import Subscription, SubState
 from gateway.feed import FeedKey, NewItem, StoredItem, run_feed, team_feed
 from gateway.metrics import Metrics
 from gateway.store.memory import MemoryStore
+from gateway.wire.aisdk import AI_SDK_SSE
 from gateway.wire.format import Format
 from gateway.wire.formats import RUN_SSE, RUN_WS, TEAM_SSE, TEAM_WS
 from tests.agui.runs import NESTED, RUN, THREAD
@@ -348,3 +351,95 @@ def test_end_reasons_are_the_documented_disconnect_reasons() -> None:
     from gateway.metrics import DISCONNECT_REASONS
 
     assert {r.value for r in EndReason} == set(DISCONNECT_REASONS)
+
+
+# -- a stateful format: the AI SDK chunks of a run ------------------------------------------
+
+
+def ai_sdk_stream(events: list[dict[str, object]], items: list[StoredItem]) -> bytes:
+    """What a client that saw the run from the start gets: every event's chunks."""
+    translator = AiSdkTranslator(THREAD, RUN)
+    out = b""
+    for event, item in zip(events, items, strict=True):
+        out += event_frames(item.cursor, translator.translate(event))
+        if event["type"] in ("RUN_FINISHED", "RUN_ERROR"):
+            out += DONE
+    return out
+
+
+async def test_a_stateful_format_from_the_start_and_live_shares_one_encoder(node: Node) -> None:
+    half = 9
+    items = await publish_run(node, NESTED[:half])
+    feed = run_feed("acme", THREAD, RUN)
+    a, sink_a, stream_a = await open_live(node, feed, None, AI_SDK_SSE)
+    b, sink_b, stream_b = await open_live(node, feed, None, AI_SDK_SSE)
+    assert await a.advance(sink_a) is None and await b.advance(sink_b) is None
+    assert bytes(sink_a.written) == bytes(sink_b.written) == ai_sdk_stream(NESTED[:half], items)
+    channel = node.hub.channels[feed]
+    assert list(channel.encoders) == ["ai-sdk-sse"]  # one encoder for both
+    rest = await node.store.append(
+        feed, [NewItem(None, encode(e)) for e in NESTED[half:]], retention=10_000, align=BLOCK
+    )
+    all_items = await node.store.read(feed, Cursor(rest.state.epoch, 0), len(NESTED))
+    whole = ai_sdk_stream(NESTED, all_items)
+    live = whole[len(sink_a.written) :]
+    await until(lambda: len(stream_b.transport.written) >= len(live), 5, "the live chunks")
+    assert bytes(stream_a.transport.written) == bytes(stream_b.transport.written) == live
+    assert live.endswith(DONE)
+    a.close()
+    assert list(channel.encoders) == ["ai-sdk-sse"]  # b still follows
+    b.close()
+    assert feed not in node.hub.channels
+
+
+@pytest.mark.parametrize("cut", [3, 7, 12])
+async def test_a_stateful_format_resumes_mid_item_and_after_a_compact_replay(
+    node: Node, cut: int
+) -> None:
+    items = await publish_run(node, NESTED)
+    feed = run_feed("acme", THREAD, RUN)
+    whole = ai_sdk_stream(NESTED, items)
+    # Mid-item: the client holds chunk 0 of the event at `cut` (1-based offset).
+    translator = AiSdkTranslator(THREAD, RUN)
+    for event in NESTED[: cut - 1]:
+        translator.translate(event)
+    chunks = translator.translate(NESTED[cut - 1])
+    if chunks:
+        driver = node.driver()
+        await driver.open(feed, items[cut - 1].cursor, AI_SDK_SSE, after_piece=0)
+        driver.attach(Outbox(FakeStream(), 1 << 20, node.hub.budget))  # type: ignore[arg-type]
+        sink = Sink()
+        assert await driver.advance(sink) is EndReason.FINISHED
+        first = event_frames(items[cut - 1].cursor, chunks[:1])
+        assert whole.index(first) >= 0
+        assert bytes(sink.written) == whole[whole.index(first) + len(first) :]
+        driver.close()
+    # At an event boundary: the compact replay of the run so far (no ids), then the rest.
+    driver = node.driver()
+    await driver.open(feed, items[cut - 1].cursor, AI_SDK_SSE)
+    driver.attach(Outbox(FakeStream(), 1 << 20, node.hub.budget))  # type: ignore[arg-type]
+    sink = Sink()
+    assert await driver.advance(sink) is EndReason.FINISHED
+    fold = RunFold()
+    for event in NESTED[:cut]:
+        fold.apply(event)
+    expected = (
+        unnumbered_frames(compact(fold, THREAD, RUN))
+        + ai_sdk_stream(NESTED, items)[len(ai_sdk_stream(NESTED[:cut], items[:cut])) :]
+    )
+    assert bytes(sink.written) == expected
+    driver.close()
+
+
+async def test_a_stateful_join_past_the_run_end_is_the_compact_replay_and_done(
+    node: Node,
+) -> None:
+    items = await publish_run(node, NESTED)
+    feed = run_feed("acme", THREAD, RUN)
+    driver, sink, _ = await open_live(node, feed, items[-1].cursor, AI_SDK_SSE)
+    assert driver.sub is not None and driver.sub.state is SubState.ENDED
+    assert await driver.advance(sink) is EndReason.FINISHED
+    assert sink.written.endswith(DONE) and b"id: " not in sink.written
+    driver.close()
+    with pytest.raises(InvalidCursor):  # the terminal event has no chunk 99
+        await node.driver().open(feed, items[-1].cursor, AI_SDK_SSE, after_piece=99)
