@@ -30,7 +30,7 @@ from gateway.limits import ConnectionLimits, PublishRate
 from gateway.metrics import Metrics
 from gateway.publisher import Publisher
 from gateway.store.base import Backend
-from gateway.store.memory import memory_backend
+from gateway.store.memory import MemoryStore, memory_backend
 from gateway.store.redis import redis_backend
 
 log = structlog.get_logger("gateway")
@@ -117,8 +117,12 @@ def build_backend(settings: Settings, metrics: Metrics | None = None) -> Backend
             node_id=settings.node_id,
             max_connections=settings.redis_max_connections,
             metrics=metrics,
+            timeout=settings.redis_timeout_seconds,
+            min_replicas=settings.redis_min_replicas,
+            replica_timeout_ms=settings.redis_replica_timeout_ms,
+            tombstone_seconds=settings.redis_tombstone_seconds,
         )
-    return memory_backend()
+    return memory_backend(MemoryStore(tombstone_seconds=settings.redis_tombstone_seconds))
 
 
 @contextlib.asynccontextmanager
@@ -185,7 +189,7 @@ async def running(
             return False, "draining"
         if ping is not None:
             try:
-                with anyio.fail_after(2):
+                with anyio.fail_after(min(2.0, settings.redis_timeout_seconds)):
                     await ping()
             except (Unavailable, TimeoutError):
                 return False, "redis does not answer"

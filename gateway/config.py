@@ -26,6 +26,14 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     redis_prefix: str = "gw"
     #: Redis connections one node opens at most (callers wait for a free one).
     redis_max_connections: int = 32
+    #: Every Redis call's bound in seconds: past it the call fails (503 ``unavailable``).
+    redis_timeout_seconds: float = 3.0
+    #: Appends wait for this many replicas to acknowledge them (WAIT); 0: do not wait.
+    redis_min_replicas: int = 0
+    #: How long an append waits for those replicas, in milliseconds.
+    redis_replica_timeout_ms: int = 500
+    #: How long a lost feed that a node recreated empty lives without new items.
+    redis_tombstone_seconds: float = 86_400.0
     jwt_secret: str | None = None
     #: PEM file with an RSA (RS256) or P-256 EC (ES256) public key; reloaded on change.
     jwt_public_key_file: str | None = None
@@ -101,10 +109,22 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
 SETTINGS_HELP: dict[str, str] = {
     "host": "Address to listen on.",
     "port": "TCP port for HTTP, SSE and WebSocket.",
-    "redis_url": "Redis URL (redis://, rediss://, unix://). Unset: embedded in-memory log, "
-    "nothing durable.",
+    "redis_url": "Redis URL: redis://, rediss:// or unix:// for one server; "
+    "redis+sentinel://[user:pass@]host:port[,host:port...]/<master>[/<db>] (or "
+    "rediss+sentinel:// for TLS to the master) to follow the master Sentinel names. Unset: "
+    "embedded in-memory log, nothing durable.",
     "redis_prefix": "Prefix of every Redis key the gateway owns.",
     "redis_max_connections": "Most Redis connections one node opens; callers wait for one.",
+    "redis_timeout_seconds": "Bound on every Redis call in seconds (pool wait, retries and "
+    "reply): a publish or subscribe during a Redis hang answers 503 unavailable after it.",
+    "redis_min_replicas": "Appends wait (WAIT) for this many replicas to have them; fewer "
+    "in time: 503 unavailable (the items may be there: retry with the same keys). 0: no "
+    "wait. Guards acknowledged writes against an asynchronous failover.",
+    "redis_replica_timeout_ms": "How long an append waits for GATEWAY_REDIS_MIN_REPLICAS, in "
+    "milliseconds.",
+    "redis_tombstone_seconds": "How long a feed whose data was lost, recreated empty in a "
+    "new epoch by a node that remembers it (so old cursors get epoch_restarted, not 404), "
+    "lives without new items; also how long a deleted run stays marked as deleted.",
     "jwt_secret": "HS256 secret for bearer tokens. With no secret, public key or JWKS "
     "configured, every /v1 route answers 401.",
     "jwt_public_key_file": "PEM file with an RSA (RS256) or P-256 EC (ES256) public key for "
@@ -291,6 +311,16 @@ def _check(s: Settings) -> None:
     for name in positive:
         if getattr(s, name) <= 0:
             raise ValueError(f"{name} must be positive")
+    if not 0 < s.redis_timeout_seconds <= 10:
+        raise ValueError("redis_timeout_seconds must be above 0 and at most 10")
+    if s.redis_min_replicas < 0:
+        raise ValueError("redis_min_replicas must be 0 or more")
+    if not 0 < s.redis_replica_timeout_ms <= 10_000:
+        raise ValueError("redis_replica_timeout_ms must be between 1 and 10000")
+    if not s.redis_tombstone_seconds > 0 or math.isinf(s.redis_tombstone_seconds):
+        raise ValueError("redis_tombstone_seconds must be a positive number of seconds")
+    if s.redis_url is not None:
+        _check_redis_url(s.redis_url)
     if not s.fanout_linger_ms >= 0 or s.fanout_linger_ms > 1000:
         raise ValueError("fanout_linger_ms must be between 0 and 1000")
     for name in (
@@ -321,6 +351,22 @@ def _check(s: Settings) -> None:
         path = getattr(s, name)
         if path is not None and not os.path.isfile(path):
             raise ValueError(f"{name}: no such file: {path!r}")
+
+
+def _check_redis_url(url: str) -> None:
+    """Refuse, at start-up, a Redis URL no backend can use (ValueError naming it)."""
+    scheme = url.partition("://")[0].lower()
+    if scheme in ("redis+sentinel", "rediss+sentinel"):
+        hosts, _, path = url.partition("://")[2].partition("/")
+        names = [p for p in path.split("/") if p]
+        if not hosts.rpartition("@")[2] or not names:
+            raise ValueError(
+                "redis_url: a Sentinel URL is redis+sentinel://host:port[,host:port]/<master>"
+            )
+    elif scheme not in ("redis", "rediss", "unix"):
+        raise ValueError(
+            "redis_url: the scheme must be redis, rediss, unix, redis+sentinel or rediss+sentinel"
+        )
 
 
 def issuers(s: Settings) -> tuple[str, ...]:

@@ -35,6 +35,11 @@ from gateway import __version__
 #: ``gateway.fanout.driver.EndReason`` names the same reasons (a test checks).
 DISCONNECT_REASONS = ("client", "slow", "shutdown", "auth", "error", "reset", "finished")
 
+#: Why a feed moved to a new epoch (``gateway_epoch_rotations_total{reason}``): its data
+#: was lost; this node saw items the store no longer has (a rollback); it was last
+#: written on another server (a failover or a move: nothing can prove it continues).
+ROTATION_REASONS = ("missing", "rollback", "moved")
+
 #: The Redis commands timed by ``gateway_redis_command_seconds{command}``.
 REDIS_COMMANDS = (
     "append",
@@ -217,6 +222,25 @@ class Metrics:
         self.epoch_restarts = Counter(
             "gateway_epoch_restarts_total",
             "epoch_restarted sent to followers whose position could not continue.",
+            registry=r,
+        )
+        self.epoch_rotations = Counter(
+            "gateway_epoch_rotations_total",
+            "Feeds this node moved to a new epoch because their history could not be "
+            "trusted, by reason: " + ", ".join(ROTATION_REASONS) + ".",
+            ["reason"],
+            registry=r,
+        )
+        self.lost_items = Counter(
+            "gateway_lost_items_total",
+            "Items this node had seen (acknowledged or delivered) that the store no "
+            "longer has: lost in a failover, a restart or a restore (never recoverable).",
+            registry=r,
+        )
+        self.unreplicated_appends = Counter(
+            "gateway_unreplicated_appends_total",
+            "Appends answered 503 because fewer than GATEWAY_REDIS_MIN_REPLICAS replicas "
+            "acknowledged them in time (the items may still be there: retry with keys).",
             registry=r,
         )
         self.handover_rereads = Counter(

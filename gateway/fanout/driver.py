@@ -21,7 +21,7 @@ import anyio
 import structlog
 
 from gateway.cursor import Cursor
-from gateway.errors import GatewayError, InvalidCursor
+from gateway.errors import GatewayError, InvalidCursor, NotFound
 from gateway.fanout.foldcache import FoldCache
 from gateway.fanout.hub import Hub
 from gateway.fanout.outbox import Outbox
@@ -194,6 +194,9 @@ class Driver:
                     sub.state = SubState.CATCHING_UP
                 elif state is SubState.ENDED:
                     return EndReason.FINISHED
+                elif state is SubState.GONE:
+                    self.error = NotFound("no such feed")
+                    return EndReason.ERROR
                 else:  # CLOSED: unsubscribed, or the node is draining
                     return EndReason.SHUTDOWN
         except anyio.BrokenResourceError:

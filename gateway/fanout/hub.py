@@ -167,6 +167,10 @@ class Hub:
         if self.draining:
             raise Unavailable("this node is draining: reconnect to another")
         state = await self._state(feed)
+        if state is None:
+            # Lost, but this node remembers it: an empty new epoch, so that the cursor
+            # gets epoch_restarted rather than a bare 404 (contract D9).
+            state = await self.feeds.recreate(feed)
         if state is None or (feed.kind is FeedKind.TEAM and state.host):
             raise NotFound("no such feed")
         try:
@@ -327,6 +331,10 @@ class Hub:
         """
         # A fresh read: a restart must not rest on a stale, shared one.
         state = await self.feeds.state(sub.feed)
+        if state is None:
+            # Lost meanwhile: recreated in a new epoch if this node remembers it (the
+            # subscription then gets epoch_restarted below), else still None.
+            state = await self.feeds.recreate(sub.feed)
         if state is None and sub.feed.kind is FeedKind.RUN:
             # A run feed is deleted on purpose when its grace period ends (D7): nothing
             # more will come, so a join that meets the deletion is told what a new
@@ -393,6 +401,13 @@ class Hub:
                 await anyio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
                 continue
+            except Exception:
+                # A bug must not stop the node's only reader: log it, back off, go on.
+                self.metrics.redis_errors.inc()
+                log.exception("feed read failed unexpectedly", retry_in=backoff)
+                await anyio.sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
+                continue
             backoff = 0.05
             self.last_progress = anyio.current_time()
             items = offers = 0
@@ -414,6 +429,11 @@ class Hub:
                 await anyio.sleep(self.linger)
 
     def _dispatch(self, channel: Channel, batch: Batch) -> None:
+        if batch.gone:
+            for sub in list(channel.subs):
+                if sub.state in (SubState.LIVE, SubState.CATCHING_UP):
+                    sub.gone()
+            return
         if batch.transient:
             self._dispatch_with_transients(channel, batch)
             return

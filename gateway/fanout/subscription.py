@@ -56,6 +56,8 @@ class SubState(enum.Enum):
     RESTARTED = "restarted"
     #: The format's stream ended with an item (an AG-UI run's RUN_FINISHED on SSE).
     ENDED = "ended"
+    #: The feed was deleted on purpose (a finished run's grace period ended).
+    GONE = "gone"
     CLOSED = "closed"
 
 
@@ -166,6 +168,11 @@ class Subscription:
 
     def close(self) -> None:
         self.state = SubState.CLOSED
+        self._signal()
+
+    def gone(self) -> None:
+        """The feed was deleted on purpose: end it as a new request would be (404)."""
+        self.state = SubState.GONE
         self._signal()
 
     async def wait(self, idle: float) -> bool:

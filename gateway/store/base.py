@@ -106,6 +106,9 @@ class Batch(msgspec.Struct):
     #: Transient messages (never stored, see :meth:`LiveFeed.broadcast`), each with the
     #: number of this batch's items that came before it.
     transient: list[tuple[int, bytes]] = msgspec.field(default_factory=list)
+    #: The feed was deleted on purpose (a finished run's grace period ended): its
+    #: followers are told ``not_found``, as a new request would be.
+    gone: bool = False
 
 
 class FeedStore(abc.ABC):
@@ -165,6 +168,14 @@ class FeedStore(abc.ABC):
     @abc.abstractmethod
     async def offset_of(self, feed: FeedKey, key: str) -> int | None:
         """The offset of the retained item appended with idempotency ``key``, if any."""
+
+    async def recreate(self, feed: FeedKey) -> FeedState | None:
+        """A feed whose data was lost but that this node remembers (it saw it), in an
+        empty new epoch, so that old cursors and followers get ``epoch_restarted``
+        instead of 404 (contract D9).  None when the node does not remember it, or it
+        was deleted on purpose.  The recreated feed lives for a while unless something
+        is appended to it."""
+        return None
 
     @abc.abstractmethod
     async def expire(self, feed: FeedKey, seconds: float) -> None:

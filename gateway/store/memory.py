@@ -63,11 +63,16 @@ class MemoryStore(FeedStore, LiveFeed, FoldStore):
 
     durable = False
 
-    def __init__(self) -> None:
+    def __init__(self, *, tombstone_seconds: float = 86_400.0) -> None:
         super().__init__()
         self._feeds: dict[FeedKey, _Feed] = {}
         #: Feeds to delete at a monotonic time (expire).
         self._expiry: dict[FeedKey, float] = {}
+        #: Feeds deleted on purpose (expired), until a monotonic time.
+        self._gone: dict[FeedKey, float] = {}
+        #: Feeds recreated empty after a loss (see recreate); they live until expiry.
+        self._tombstones: set[FeedKey] = set()
+        self.tombstone_seconds = tombstone_seconds
         #: Fold checkpoints of run feeds (save_fold), by feed and cursor.
         self._folds: dict[FeedKey, dict[Cursor, bytes]] = {}
         #: Transient messages not yet collected: (epoch, head when sent, data).
@@ -77,10 +82,37 @@ class MemoryStore(FeedStore, LiveFeed, FoldStore):
 
     def _get(self, feed: FeedKey) -> _Feed | None:
         deadline = self._expiry.get(feed)
-        if deadline is not None and time.monotonic() >= deadline:
+        now = time.monotonic()
+        if deadline is not None and now >= deadline:
             del self._expiry[feed]
             self._feeds.pop(feed, None)
+            if feed not in self._tombstones:
+                self._gone[feed] = now + self.tombstone_seconds
+            self._tombstones.discard(feed)
         return self._feeds.get(feed)
+
+    def _is_gone(self, feed: FeedKey) -> bool:
+        until = self._gone.get(feed)
+        if until is not None and time.monotonic() >= until:
+            del self._gone[feed]
+            return False
+        return until is not None
+
+    async def recreate(self, feed: FeedKey) -> FeedState | None:
+        f = self._get(feed)
+        if f is not None:
+            return f.state()
+        if self.known.get(feed) is None or self._is_gone(feed):
+            return None
+        return self._recreate(feed)
+
+    def _recreate(self, feed: FeedKey) -> FeedState:
+        f = self._feeds[feed] = _Feed(self._new_epoch())
+        self._tombstones.add(feed)
+        self._expiry[feed] = time.monotonic() + self.tombstone_seconds
+        state = f.state()
+        self.known.reset(feed, state)
+        return state
 
     async def broadcast(self, feed: FeedKey, data: bytes) -> None:
         f = self._get(feed)
@@ -125,6 +157,8 @@ class MemoryStore(FeedStore, LiveFeed, FoldStore):
     ) -> AppendResult:
         f = self._get(feed)
         new_epoch = f is None
+        if f is None:
+            self._gone.pop(feed, None)  # published again: a feed like any other
         # Plan first so that a rejected batch writes nothing.
         planned: list[int | None] = []
         batch_keys: dict[str, tuple[bytes, int]] = {}
@@ -152,6 +186,10 @@ class MemoryStore(FeedStore, LiveFeed, FoldStore):
                 batch_keys[item.key] = (item.data, existing_or_new)
         if f is None:
             f = self._feeds[feed] = _Feed(self._new_epoch())
+        elif feed in self._tombstones and any(e is None for e in planned):
+            # A recreated feed gets its first item: a feed like any other from now on.
+            self._tombstones.discard(feed)
+            self._expiry.pop(feed, None)
         cursors: list[Cursor] = []
         now = time.time()
         for item, existing in zip(items, planned, strict=True):
@@ -211,6 +249,11 @@ class MemoryStore(FeedStore, LiveFeed, FoldStore):
         for feed, pos in positions.items():
             f = self._get(feed)
             if f is None:
+                # Lost (a test's drop) or deleted on purpose: tell the followers.
+                if self._is_gone(feed):
+                    out[feed] = Batch([], gone=True)
+                elif self.known.get(feed) is not None:
+                    out[feed] = Batch([], reset=self._recreate(feed))
                 continue
             if f.epoch == pos.epoch:
                 items = self._after(f, pos.offset, count)

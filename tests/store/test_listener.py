@@ -8,6 +8,7 @@ import pytest
 import redis.asyncio as aioredis
 from httpx_sse import aconnect_sse
 
+from gateway.store.redis.connection import ListenerAddress
 from gateway.store.redis.listener import ListenerLost, connect
 from tests.support import events as ev
 from tests.support.node import auth, start_node
@@ -47,7 +48,9 @@ async def test_live_items_reach_followers_through_an_authenticated_listener(user
                                 break
                 assert got[1] == r.json()["cursors"][0]
             with pytest.raises(ListenerLost, match="AUTH"):
-                await connect(f"redis://{user}:wrong@127.0.0.1:{server.port}/0")
+                await connect(
+                    ListenerAddress("127.0.0.1", server.port, None, False, user or None, "wrong")
+                )
         finally:
             # Let the fixture's own shutdown (no password) work again.
             authed = aioredis.Redis(port=server.port, username=user or None, password="pw")

@@ -22,12 +22,27 @@ def redis_backend(
     node_id: str | None = None,
     max_connections: int = 32,
     metrics: Metrics | None = None,
+    timeout: float = 3.0,
+    min_replicas: int = 0,
+    replica_timeout_ms: int = 500,
+    tombstone_seconds: float = 86_400.0,
 ) -> Backend:
-    """A backend on the Redis at ``url`` (``redis://``, ``rediss://``, ``unix://``)."""
+    """A backend on the Redis at ``url`` (``redis://``, ``rediss://``, ``unix://``,
+    ``redis+sentinel://``; see :mod:`gateway.store.redis.connection`)."""
     conn = RedisConnection(
-        url, prefix=prefix, node_id=node_id, max_connections=max_connections, metrics=metrics
+        url,
+        prefix=prefix,
+        node_id=node_id,
+        max_connections=max_connections,
+        metrics=metrics,
+        timeout=timeout,
     )
-    feeds = RedisFeeds(conn)
+    feeds = RedisFeeds(
+        conn,
+        tombstone_seconds=tombstone_seconds,
+        min_replicas=min_replicas,
+        replica_timeout_ms=replica_timeout_ms,
+    )
     live = RedisLive(conn, feeds)
 
     def inbox(name: str) -> InboxQueue:

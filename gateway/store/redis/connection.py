@@ -2,28 +2,43 @@
 and what every part of the Redis adapter must know about the server it talks to.
 
 Every ``redis.exceptions`` error (and socket error) raised inside :meth:`RedisConnection.io`
-becomes :class:`~gateway.errors.Unavailable`; nothing above ``gateway.store.redis`` sees
-redis-py.  Key layout: docs/storage.md.
+becomes :class:`~gateway.errors.Unavailable`, and every call there is bounded by
+``timeout`` seconds in all (pool wait, retries and reply): nothing above
+``gateway.store.redis`` sees redis-py, and nothing waits out a Redis that hangs.
+
+URLs: ``redis://``, ``rediss://`` and ``unix://`` name one server; ``redis+sentinel://
+[user:password@]host:port[,host:port...]/<master>[/<db>]`` (``rediss+sentinel://`` for
+TLS to the master) names the Sentinels that know the master: every new connection asks
+them where the master is now, so after a failover the node follows the new master by
+itself.  Key layout: docs/storage.md.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import ssl
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
+import anyio
 import redis.asyncio as aioredis
 import redis.exceptions
+from redis.asyncio.connection import Connection, SSLConnection, parse_url
 from redis.asyncio.retry import Retry
+from redis.asyncio.sentinel import Sentinel
 from redis.backoff import ExponentialBackoff
 from redis.maint_notifications import MaintNotificationsConfig
 
 from gateway.errors import Unavailable
 from gateway.feed import FeedKey, FeedState
 from gateway.metrics import Metrics
+
+SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
 
 
 @contextlib.contextmanager
@@ -35,15 +50,97 @@ def translate(what: str) -> Iterator[None]:
         raise Unavailable(f"redis rejected {what}: {exc}") from exc
     except (redis.exceptions.RedisError, OSError) as exc:
         raise Unavailable(f"redis unavailable during {what}") from exc
+    except RuntimeError as exc:
+        # A transport closed under a write (uvloop says so with RuntimeError).
+        if "closed" not in str(exc):
+            raise
+        raise Unavailable(f"redis connection lost during {what}") from exc
+
+
+@dataclass(frozen=True)
+class SentinelTarget:
+    """Where the Sentinels are and which master they watch (a ``redis+sentinel://`` URL)."""
+
+    sentinels: tuple[tuple[str, int], ...]
+    master: str
+    db: int
+    username: str | None
+    password: str | None
+    tls: bool
+
+
+def parse_sentinel_url(url: str) -> SentinelTarget:
+    """Parse ``redis+sentinel://[user:pass@]h:p[,h:p...]/<master>[/<db>]``; ValueError."""
+    parts = urlsplit(url)
+    if parts.scheme not in SENTINEL_SCHEMES:
+        raise ValueError(f"not a Sentinel URL: scheme {parts.scheme!r}")
+    netloc = parts.netloc
+    userinfo, _, hosts = netloc.rpartition("@")
+    username = password = None
+    if userinfo:
+        user, _, secret = userinfo.partition(":")
+        username, password = (unquote(user) or None), (unquote(secret) or None)
+    sentinels = []
+    for host_port in hosts.split(","):
+        host, _, port = host_port.strip().rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError("Sentinel URL: each sentinel must be host:port")
+        sentinels.append((host.strip("[]"), int(port)))
+    path = [p for p in parts.path.split("/") if p]
+    if not path or len(path) > 2:
+        raise ValueError("Sentinel URL: the path must be /<master name>[/<db>]")
+    db = int(path[1]) if len(path) == 2 and path[1].isdigit() else 0
+    if len(path) == 2 and not path[1].isdigit():
+        raise ValueError("Sentinel URL: the database must be a number")
+    return SentinelTarget(
+        tuple(sentinels),
+        unquote(path[0]),
+        db,
+        username,
+        password,
+        parts.scheme == SENTINEL_SCHEMES[1],
+    )
+
+
+class _SentinelResolved(Connection):
+    """A connection that asks the Sentinels for the master's address each time it
+    connects (after a failover the pool's stale connections fail and reconnect here)."""
+
+    def __init__(self, *, resolve: Callable[[], Any], **kwargs: Any) -> None:
+        self._resolve = resolve
+        super().__init__(**kwargs)
+
+    async def _connect(self) -> None:
+        self.host, self.port = await self._resolve()
+        await super()._connect()  # type: ignore[no-untyped-call]
+
+
+class _SentinelResolvedTLS(_SentinelResolved, SSLConnection):
+    pass
+
+
+@dataclass(frozen=True)
+class ListenerAddress:
+    """Where a raw pub/sub listener connects (the master, or the one server)."""
+
+    host: str
+    port: int
+    path: str | None
+    tls: bool
+    username: str | None
+    password: str | None
 
 
 class RedisConnection:
     """The pool and the node-wide facts the Redis parts share.
 
-    ``suspect`` is set when the node reaches a different Redis server process (a
-    restart, a failover) or its listener was lost: the live reader then verifies every
-    feed it follows before reading on.  ``pending_resets`` holds feeds a request moved
-    to a new epoch (a rollback it noticed); the reader reports them to the followers.
+    ``identity`` is the server the node last connected to (``host:port`` as configured,
+    or the master's address from the Sentinels): the append step records it with every
+    feed and moves a feed last written on another server to a new epoch.  ``suspect``
+    is set when the node reaches a different Redis server process (a restart, a
+    failover) or its listener was lost: the live reader then verifies every feed it
+    follows before reading on.  ``pending_resets`` holds feeds a request moved to a new
+    epoch; the reader reports them to the followers.
     """
 
     def __init__(
@@ -54,47 +151,89 @@ class RedisConnection:
         node_id: str | None = None,
         max_connections: int = 32,
         metrics: Metrics | None = None,
+        timeout: float = 3.0,
     ) -> None:
-        # A bounded pool that makes callers wait for a connection instead of failing:
-        # a thousand clients joining at once share a few dozen connections.
-        pool = aioredis.BlockingConnectionPool.from_url(
-            url,
-            max_connections=max_connections,
-            timeout=30,
-            decode_responses=False,
-            socket_connect_timeout=5,
-            socket_keepalive=True,
-            health_check_interval=30,
+        #: Every command's bound, in seconds (pool wait, retries and reply included).
+        self.timeout = timeout
+        options: dict[str, Any] = {
+            "max_connections": max_connections,
+            "timeout": timeout,
+            "decode_responses": False,
+            "socket_connect_timeout": min(timeout, 5.0),
+            "socket_keepalive": True,
+            "health_check_interval": 30,
             # No command here blocks for long (reads wait on pub/sub with their own
             # timeout), so a Redis that stops answering fails calls instead of hanging.
-            socket_timeout=15,
-            protocol=2,
-            # After a Redis restart or failover, pooled connections are stale: the
-            # pool must notice (its check is skipped while maintenance notifications
-            # are on) and a command that meets a dead connection is retried on a new
-            # one.  Retrying the append step is safe for keyed items: the retry
-            # returns the first attempt's cursor.
-            maint_notifications_config=MaintNotificationsConfig(enabled=False),
-            retry=Retry(ExponentialBackoff(cap=0.25, base=0.01), 2),
-            retry_on_error=[redis.exceptions.ConnectionError, redis.exceptions.TimeoutError],
-            redis_connect_func=self._on_connect,
-        )
+            "socket_timeout": timeout,
+            "protocol": 2,
+            # After a Redis restart or failover, pooled connections are stale: the pool
+            # must notice (its check is skipped while maintenance notifications are on)
+            # and a command that meets a dead connection (or a master demoted to a
+            # replica: READONLY) is retried on a new one.  Retrying the append step is
+            # safe for keyed items: the retry returns the first attempt's cursor.
+            "maint_notifications_config": MaintNotificationsConfig(enabled=False),
+            "retry": Retry(ExponentialBackoff(cap=0.25, base=0.01), 2),
+            "retry_on_error": [
+                redis.exceptions.ConnectionError,
+                redis.exceptions.TimeoutError,
+                redis.exceptions.ReadOnlyError,
+            ],
+            "redis_connect_func": self._on_connect,
+        }
+        self.url = url
+        self._sentinel: Sentinel | None = None
+        self._sentinel_target: SentinelTarget | None = None
+        if urlsplit(url).scheme in SENTINEL_SCHEMES:
+            target = self._sentinel_target = parse_sentinel_url(url)
+            self._sentinel = Sentinel(  # type: ignore[no-untyped-call]
+                list(target.sentinels),
+                sentinel_kwargs={"socket_timeout": timeout, "socket_connect_timeout": timeout},
+                socket_timeout=timeout,
+            )
+            pool = aioredis.BlockingConnectionPool(
+                connection_class=_SentinelResolvedTLS if target.tls else _SentinelResolved,
+                resolve=self.master_address,
+                db=target.db,
+                username=target.username,
+                password=target.password,
+                **options,
+            )
+            self._configured_identity = ""
+        else:
+            pool = aioredis.BlockingConnectionPool.from_url(url, **options)
+            parsed = parse_url(url)
+            self._configured_identity = (
+                parsed["path"]
+                if "path" in parsed
+                else f"{parsed.get('host', 'localhost')}:{parsed.get('port', 6379)}"
+            )
         # redis-py's own annotations are looser than its replies; the adapter owns them.
         self.client: Any = aioredis.Redis(connection_pool=pool)
-        self.url = url
         self.prefix = prefix
         self.node_id = node_id or f"{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-        self.wake_channel = f"{prefix}:node:{self.node_id}:wake".encode()
         #: Where command durations go (``gateway_redis_command_seconds``).
         self.metrics = metrics
         self.suspect = False
         #: Set by :meth:`wake`; the live reader re-reads its subscriptions when set.
         self.woken = False
+        #: Called by :meth:`wake` to interrupt the live reader's wait (set by it).
+        self.on_wake: Callable[[], None] | None = None
         self.pending_resets: dict[FeedKey, FeedState] = {}
+        #: The server the node writes to (see the class docstring).
+        self.identity = self._configured_identity
         # The identity of the Redis server process last connected to (INFO run_id).
         self._run_id: bytes | None = None
         #: How many times this node found itself talking to another Redis process.
         self.server_changes = 0
+
+    async def master_address(self) -> tuple[str, int]:
+        """The master's address, asked of the Sentinels (Sentinel URLs only)."""
+        assert self._sentinel is not None and self._sentinel_target is not None
+        try:
+            host, port = await self._sentinel.discover_master(self._sentinel_target.master)
+        except redis.exceptions.RedisError as exc:
+            raise redis.exceptions.ConnectionError(f"no master from the sentinels: {exc}") from exc
+        return str(host), int(port)
 
     async def _on_connect(self, connection: Any) -> None:
         """Every new connection: the usual handshake, then note which server it reached.
@@ -104,18 +243,46 @@ class RedisConnection:
         verified before it reads on (a restored snapshot or a promoted replica may have
         rolled feeds back).
         """
-        await connection.on_connect_check_health(check_health=True)
-        await connection.send_command("INFO", "server")
-        info = await connection.read_response()
+        try:
+            await connection.on_connect_check_health(check_health=True)
+            await connection.send_command("INFO", "server")
+            info = await connection.read_response()
+        except RuntimeError as exc:
+            # uvloop reports a transport closed under the handshake as RuntimeError: it
+            # is a failed connection like any other (retried, or Unavailable).
+            raise redis.exceptions.ConnectionError(f"connection lost: {exc}") from exc
         run_id = None
         for line in bytes(info).splitlines():
             if line.startswith(b"run_id:"):
                 run_id = line[7:].strip()
+        if self._sentinel is not None:
+            self.identity = f"{connection.host}:{connection.port}"
         if run_id != self._run_id:
             if self._run_id is not None:
                 self.suspect = True
                 self.server_changes += 1
             self._run_id = run_id
+
+    async def listener_address(self) -> ListenerAddress:
+        """Where the node's raw pub/sub listener must connect now."""
+        if self._sentinel_target is not None:
+            target = self._sentinel_target
+            with self.io("sentinel"):
+                host, port = await self.master_address()
+            return ListenerAddress(host, port, None, target.tls, target.username, target.password)
+        options = parse_url(self.url)
+        return ListenerAddress(
+            str(options.get("host", "localhost")),
+            int(options.get("port", 6379)),
+            options.get("path"),
+            options.get("connection_class") is SSLConnection,
+            options.get("username"),
+            options.get("password"),
+        )
+
+    @staticmethod
+    def tls_context() -> ssl.SSLContext:
+        return ssl.create_default_context()
 
     # -- key names ---------------------------------------------------------------------
 
@@ -128,20 +295,32 @@ class RedisConnection:
         """The run's fold hash, beside the feed's other keys (same hash slot)."""
         return f"{self.prefix}:{feed.tag()}:f"
 
+    def gone_key(self, feed: FeedKey) -> str:
+        """Marks a feed deleted on purpose (a finished run's grace period ended)."""
+        return f"{self.prefix}:{feed.tag()}:g"
+
     def inbox_key(self, name: str) -> str:
         return f"{self.prefix}:inbox:{name}"
 
     # -- the boundary --------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def io(self, what: str, command: str | None = None) -> Iterator[None]:
-        """Translate failures to Unavailable and time the command (if named)."""
+    def io(
+        self, what: str, command: str | None = None, *, within: float | None = None
+    ) -> Iterator[None]:
+        """Translate failures to Unavailable, bound the call (``within`` seconds, default
+        :attr:`timeout`) and time the command (if named)."""
         # A failed command alone is no reason to verify everything: a restart or a
         # failover shows as a new run_id (_on_connect) or a lost listener.
         started = time.perf_counter()
+        bound = self.timeout if within is None else within
         try:
             with translate(what):
-                yield
+                try:
+                    with anyio.fail_after(bound):
+                        yield
+                except TimeoutError as exc:
+                    raise Unavailable(f"redis did not answer {what} within {bound:g} s") from exc
         finally:
             if command is not None:
                 self.observe(command, time.perf_counter() - started)
@@ -150,11 +329,21 @@ class RedisConnection:
         if self.metrics is not None:
             self.metrics.redis_command_seconds.labels(command=command).observe(seconds)
 
+    def metrics_rotation(self, reason: str, lost: int) -> None:
+        if self.metrics is not None:
+            self.metrics.epoch_rotations.labels(reason=reason).inc()
+            if lost:
+                self.metrics.lost_items.inc(lost)
+
+    def metrics_unreplicated(self) -> None:
+        if self.metrics is not None:
+            self.metrics.unreplicated_appends.inc()
+
     async def wake(self) -> None:
         """Make this node's live reader return from its wait and re-read its feeds."""
         self.woken = True
-        with self.io("wake", "wake"):
-            await self.client.publish(self.wake_channel, b"1")
+        if self.on_wake is not None:
+            self.on_wake()
 
     async def ping(self) -> None:
         with self.io("ping", "ping"):
@@ -163,3 +352,6 @@ class RedisConnection:
     async def aclose(self) -> None:
         with contextlib.suppress(Exception):
             await self.client.aclose()
+        if self._sentinel is not None:
+            with contextlib.suppress(Exception):
+                await self._sentinel.aclose()

@@ -1,10 +1,22 @@
 -- The feed log's one atomic server-side step (docs/architecture.md, "The append step").
 --
--- KEYS: 1 meta hash, 2 stream, 3 idempotency-key hash (one hash slot: same {tag}).
--- ARGV: 1 mode ("append" | "check"), 2 retention, 3 known epoch (0: none),
+-- KEYS: 1 meta hash, 2 stream, 3 idempotency-key hash, 4 the "gone" marker of a feed
+--       deleted on purpose (one hash slot: same {tag}).
+-- ARGV: 1 mode ("append" | "check" | "recreate"), 2 retention, 3 known epoch (0: none),
 --       4 known offset, 5 known chain, 6 item count n, 7 trim alignment ("" or 0:
 --       none; A: trim only so that the first retained offset - 1 is a multiple of A),
---       then per item: key ("" for none), data, host-opening flag ("1"/"0").
+--       8 the writer's identity (the server the node reached: "" for none),
+--       9 the lifetime in ms of a feed "recreate" makes (a tombstone epoch),
+--       10 the publish command ("PUBLISH", or "SPUBLISH" on a cluster),
+--       then per item (from ARGV[11]): key ("" for none), data, host-opening flag.
+--
+-- Trust: a feed whose metadata names another writer identity than this call's was
+-- last written on another server (a promoted replica, a move to another server): its
+-- history cannot be proven to continue what was acknowledged there, so it moves to a
+-- new epoch ("moved"), as for a rollback this node can see ("rollback") or lost data
+-- ("missing").  "recreate" gives a feed whose data was lost, and that the calling node
+-- remembers, an empty new epoch with a lifetime, so that its followers and old cursors
+-- get epoch_restarted instead of 404; an append makes it a feed like any other.
 --
 -- After appending, the new items are PUBLISHed on the channel named like the stream
 -- (pub/sub channels and keys are separate namespaces), so the nodes that follow the
@@ -16,21 +28,29 @@
 -- a newer epoch sort after every entry of an older one.  Entry fields: d (data),
 -- c (chain after this item), k (idempotency key), t (append time, as above).
 --
--- Returns {status, epoch, head, first, chain, host, reason, offsets...} where status is
--- "ok", "reused" (then the 2nd element is the failing item index and nothing was
--- written) or "absent" (check mode on a feed that does not exist).
+-- Returns {status, epoch, head, first, chain, host, reason, previous epoch, previous
+-- head, offsets...} where status is "ok", "reused" (then the 2nd element is the failing
+-- item index and nothing was written) or "absent" (check mode on a feed that does not
+-- exist; "gone" when it was deleted on purpose); reason is "" or why the feed moved to a new epoch in this call (missing,
+-- rollback, moved), and the previous epoch and head are what the store held before.
 
-local M, S, I = KEYS[1], KEYS[2], KEYS[3]
+local M, S, I, G = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local mode = ARGV[1]
 local retention = tonumber(ARGV[2])
 local kepoch, koff, kchain = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local n = tonumber(ARGV[6])
 local align = tonumber(ARGV[7]) or 0
+local ident = ARGV[8]
+local tombstone_ms = tonumber(ARGV[9]) or 0
+local publish = ARGV[10]
+local ITEMS = 11
 
 local function fmt(x) return string.format('%d', x) end
 
-local meta = redis.call('HMGET', M, 'epoch', 'head', 'chain', 'host')
+local meta = redis.call('HMGET', M, 'epoch', 'head', 'chain', 'host', 'w', 't')
 local epoch, head, chain, host = tonumber(meta[1]), tonumber(meta[2]), meta[3], meta[4]
+local writer, tomb = meta[5], meta[6]
+local prev_epoch, prev_head = epoch or 0, head or 0
 
 local function entry(off)
   local id = fmt(epoch) .. '-' .. fmt(off)
@@ -59,6 +79,9 @@ elseif kepoch > 0 then
     end
   end
 end
+if reason == '' and epoch and ident ~= '' and writer and writer ~= ident then
+  reason = 'moved'
+end
 
 local function first_offset()
   local r = redis.call('XRANGE', S, '-', '+', 'COUNT', 1)
@@ -83,6 +106,16 @@ local function new_epoch()
   if reason == 'missing' then host = false end
   redis.call('HSET', M, 'epoch', fmt(epoch), 'head', '0', 'chain', '')
   if not host then redis.call('HDEL', M, 'host') end
+  writer = nil
+end
+
+local function sign()
+  -- The writer identity this node reached; kept so that the next writer on another
+  -- server can tell (see "moved" above).
+  if ident ~= '' and writer ~= ident then
+    redis.call('HSET', M, 'w', ident)
+    writer = ident
+  end
 end
 
 local function clock()
@@ -96,18 +129,28 @@ local function announce(items, stamp)
     parts[#parts + 1] = it[1] .. ' ' .. #it[2] .. '\n'
     parts[#parts + 1] = it[2]
   end
-  redis.call('PUBLISH', S, table.concat(parts))
+  redis.call(publish, S, table.concat(parts))
 end
 
 local function result(status, offsets)
-  local out = {status, fmt(epoch), fmt(head), fmt(first_offset()), chain, host or '', reason}
+  local out = {status, fmt(epoch), fmt(head), fmt(first_offset()), chain, host or '', reason,
+               fmt(prev_epoch), fmt(prev_head)}
   for i = 1, #offsets do out[#out + 1] = fmt(offsets[i]) end
   return out
 end
 
-if mode == 'check' then
-  if reason == 'missing' then return {'absent'} end
-  if reason == 'rollback' then new_epoch() end
+if mode == 'check' or mode == 'recreate' then
+  if reason == 'missing' then
+    if redis.call('EXISTS', G) == 1 then return {'gone'} end
+    if mode == 'check' then return {'absent'} end
+    new_epoch()
+    sign()
+    redis.call('HSET', M, 't', '1')
+    if tombstone_ms > 0 then redis.call('PEXPIRE', M, tombstone_ms) end
+    return result('ok', {})
+  end
+  if reason ~= '' then new_epoch() end
+  sign()
   return result('ok', {})
 end
 
@@ -116,7 +159,7 @@ local offsets, new, seen = {}, {}, {}
 local next_off = head or 0
 if reason ~= '' then next_off = 0 end
 for i = 0, n - 1 do
-  local key, data = ARGV[8 + i * 3], ARGV[9 + i * 3]
+  local key, data = ARGV[ITEMS + i * 3], ARGV[ITEMS + 1 + i * 3]
   local off = nil
   if key ~= '' then
     local prior = seen[key]
@@ -144,12 +187,19 @@ for i = 0, n - 1 do
 end
 
 if reason ~= '' then new_epoch() end
+sign()
+if reason == 'missing' then redis.call('DEL', G) end
+if tomb and #new > 0 then
+  -- A recreated feed gets its first item: it is a feed like any other from now on.
+  redis.call('HDEL', M, 't')
+  redis.call('PERSIST', M)
+end
 
 local published = {}
 local stamp = ''
 if #new > 0 then stamp = clock() end
 for _, i in ipairs(new) do
-  local key, data, hostflag = ARGV[8 + i * 3], ARGV[9 + i * 3], ARGV[10 + i * 3]
+  local key, data, hostflag = ARGV[ITEMS + i * 3], ARGV[ITEMS + 1 + i * 3], ARGV[ITEMS + 2 + i * 3]
   head = head + 1
   chain = redis.sha1hex(chain .. data)
   published[#published + 1] = {chain, data}

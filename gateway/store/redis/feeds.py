@@ -14,6 +14,7 @@ from importlib import resources
 from typing import Any
 
 import redis.exceptions
+import structlog
 
 from gateway.cursor import Cursor
 from gateway.errors import IdempotencyKeyReused, Unavailable
@@ -21,7 +22,10 @@ from gateway.feed import AppendResult, FeedKey, FeedState, NewItem, StoredItem
 from gateway.store.base import Batch, FeedStore, chain_next
 from gateway.store.redis.connection import RedisConnection
 
+log = structlog.get_logger("gateway.store")
+
 _MAX_SEQ = 18446744073709551615  # stream ids are <ms>-<seq>, both 64-bit
+
 SCRIPT = resources.files("gateway.store.redis").joinpath("feed.lua").read_text()
 
 
@@ -37,14 +41,31 @@ class RedisFeeds(FeedStore):
     #: Feeds checked per round trip when verifying after a server change.
     VERIFY_BATCH = 500
 
-    def __init__(self, conn: RedisConnection) -> None:
+    def __init__(
+        self,
+        conn: RedisConnection,
+        *,
+        tombstone_seconds: float = 86_400.0,
+        min_replicas: int = 0,
+        replica_timeout_ms: int = 500,
+        publish_command: str = "PUBLISH",
+    ) -> None:
         super().__init__()
         self.conn = conn
         self._redis = conn.client
         self._script = self._redis.register_script(SCRIPT)
+        #: How long a feed ``recreate`` makes lives unless something is appended.
+        self.tombstone_ms = max(1, int(tombstone_seconds * 1000))
+        #: Appends wait for this many replicas (``WAIT``), else answer Unavailable.
+        self.min_replicas = min_replicas
+        self.replica_timeout_ms = replica_timeout_ms
+        self._publish = publish_command
 
     def keys(self, feed: FeedKey) -> tuple[str, str, str]:
         return self.conn.feed_keys(feed)
+
+    def _script_keys(self, feed: FeedKey) -> list[str]:
+        return [*self.conn.feed_keys(feed), self.conn.gone_key(feed)]
 
     # -- the append step -----------------------------------------------------------------
 
@@ -61,6 +82,9 @@ class RedisFeeds(FeedStore):
             known_chain,
             len(items),
             align,
+            self.conn.identity,
+            self.tombstone_ms,
+            self._publish,
         ]
         for item in items:
             args += [item.key or "", item.data, "1" if item.host_opening else "0"]
@@ -70,8 +94,24 @@ class RedisFeeds(FeedStore):
         self, feed: FeedKey, mode: str, retention: int, items: Sequence[NewItem], align: int = 0
     ) -> Any:
         args = self._args(feed, mode, retention, items, align)
+        keys = self._script_keys(feed)
         with self.conn.io(mode, "append" if mode == "append" else "state"):
-            return await self._script(keys=list(self.keys(feed)), args=args)
+            if mode != "append" or not self.min_replicas:
+                return await self._script(keys=keys, args=args)
+            # WAIT on the same connection as the write (one pipeline): how many
+            # replicas have it.  Too few: the items may still be lost in a failover.
+            async with self._redis.pipeline(transaction=False) as pipe:
+                await self._script(keys=keys, args=args, client=pipe)
+                pipe.wait(self.min_replicas, self.replica_timeout_ms)
+                reply, replicas = await pipe.execute()
+        if reply[0] == b"ok" and int(replicas) < self.min_replicas:
+            self.conn.metrics_unreplicated()
+            raise Unavailable(
+                f"appended, but {int(replicas)} of {self.min_replicas} replicas "
+                f"acknowledged within {self.replica_timeout_ms} ms: it may be lost in a "
+                "failover; retrying with the same keys is safe"
+            )
+        return reply
 
     @staticmethod
     def _state(reply: list[Any]) -> FeedState:
@@ -90,9 +130,32 @@ class RedisFeeds(FeedStore):
                 f"item {int(reply[1])}: event_id was already used for a different item"
             )
         state = self._state(reply)
-        cursors = [Cursor(state.epoch, int(off)) for off in reply[7:]]
+        cursors = [Cursor(state.epoch, int(off)) for off in reply[9:]]
+        self._rotated(feed, reply)
         self.known.reset(feed, state)
         return AppendResult(cursors, reply[6] != b"", state)
+
+    def _rotated(self, feed: FeedKey, reply: list[Any]) -> None:
+        """Count and log a move to a new epoch this call made, and what this node had
+        seen of the feed that the store no longer holds (acknowledged, then lost)."""
+        reason = reply[6].decode()
+        known = self.known.get(feed)
+        if not reason or (reason == "missing" and known is None):
+            return  # a new feed
+        before_epoch, before_head = int(reply[7]), int(reply[8])
+        lost = 0
+        if known is not None:
+            held = before_head if before_epoch == known.epoch else 0
+            lost = max(0, known.offset - held)
+        self.conn.metrics_rotation(reason, lost)
+        log.warning(
+            "feed moved to a new epoch",
+            reason=reason,
+            kind=feed.kind.value,
+            store=self.conn.identity,
+            lost_items=lost,
+            new_epoch=int(reply[1]),
+        )
 
     async def append(
         self, feed: FeedKey, items: Sequence[NewItem], *, retention: int, align: int = 0
@@ -105,7 +168,7 @@ class RedisFeeds(FeedStore):
         # One pipeline of EVALSHA calls: one write and one read for every feed, instead
         # of a pool checkout and a round trip each.
         calls = [
-            (feed, [*self.keys(feed)], self._args(feed, "append", retention, items))
+            (feed, self._script_keys(feed), self._args(feed, "append", retention, items))
             for feed, items in appends
         ]
         replies: list[Any] = [None] * len(calls)
@@ -116,7 +179,17 @@ class RedisFeeds(FeedStore):
                     for i in todo:
                         _, keys, args = calls[i]
                         pipe.evalsha(self._script.sha, len(keys), *keys, *args)
+                    if self.min_replicas:
+                        pipe.wait(self.min_replicas, self.replica_timeout_ms)
                     answers = await pipe.execute(raise_on_error=False)
+                if self.min_replicas:
+                    replicas = answers.pop()
+                    if isinstance(replicas, int) and replicas < self.min_replicas:
+                        self.conn.metrics_unreplicated()
+                        raise Unavailable(
+                            f"appended, but {replicas} of {self.min_replicas} replicas "
+                            "acknowledged in time; retrying with the same keys is safe"
+                        )
                 for i, answer in zip(todo, answers, strict=True):
                     replies[i] = answer
                 # A server that lost its scripts (a restart, SCRIPT FLUSH) ran none of
@@ -140,11 +213,28 @@ class RedisFeeds(FeedStore):
 
     async def state(self, feed: FeedKey) -> FeedState | None:
         reply = await self._run(feed, "check", 1, ())
-        if reply[0] == b"absent":
+        if reply[0] in (b"absent", b"gone"):
             return None
         state = self._state(reply)
-        if reply[6] == b"rollback":
+        if reply[6]:
+            self._rotated(feed, reply)
             await self._rebased(feed, state)
+        return state
+
+    async def recreate(self, feed: FeedKey) -> FeedState | None:
+        """A feed this node remembers but whose data was lost, in an empty new epoch
+        (with a lifetime) so that its followers and old cursors get epoch_restarted;
+        None if it was deleted on purpose (or this node never knew it)."""
+        if self.known.get(feed) is None:
+            return None
+        reply = await self._run(feed, "recreate", 1, ())
+        if reply[0] == b"gone":
+            self.known.forget(feed)
+            return None
+        state = self._state(reply)
+        if reply[6]:
+            self._rotated(feed, reply)
+        self.known.reset(feed, state)
         return state
 
     async def _rebased(self, feed: FeedKey, state: FeedState) -> None:
@@ -155,12 +245,15 @@ class RedisFeeds(FeedStore):
             await self.conn.wake()
 
     async def rebase(self, feed: FeedKey) -> FeedState | None:
-        """Check the feed (moving it to a new epoch if it rolled back); None if it is gone."""
-        reply = await self._run(feed, "check", 1, ())
-        if reply[0] == b"absent":
+        """Check the feed (moving it to a new epoch if it rolled back, recreating it if
+        it was lost); None if it is gone."""
+        reply = await self._run(feed, "recreate", 1, ())
+        if reply[0] == b"gone":
             self.known.forget(feed)
             return None
         state = self._state(reply)
+        if reply[6]:
+            self._rotated(feed, reply)
         self.known.reset(feed, state)
         return state
 
@@ -175,6 +268,9 @@ class RedisFeeds(FeedStore):
             async with self._redis.pipeline(transaction=False) as pipe:
                 for key in (*self.keys(feed), self.conn.fold_key(feed)):
                     pipe.pexpire(key, ms)
+                # Deleted on purpose, not lost: followers are told not_found, and no
+                # node recreates it (for a while after the deletion).
+                pipe.set(self.conn.gone_key(feed), b"1", px=ms + self.tombstone_ms)
                 await pipe.execute()
 
     async def read(self, feed: FeedKey, after: Cursor, limit: int) -> list[StoredItem]:
@@ -207,23 +303,37 @@ class RedisFeeds(FeedStore):
         return True
 
     async def verify(self, positions: Mapping[FeedKey, Cursor]) -> dict[FeedKey, Batch]:
-        """Check, after a server change, that each followed feed still continues what
-        was seen; a :class:`Batch` with ``reset`` for every feed that was rolled back."""
+        """Check that each followed feed still continues what this node delivered.
+
+        Returns a :class:`Batch` for every feed that does not: ``reset`` with the state
+        it is in now (a rollback or a move found by this check, a newer epoch another
+        node started, or a feed whose data was lost, recreated empty in a new epoch),
+        or ``gone`` for one deleted on purpose.  Run after the node reached another
+        server, and periodically.
+        """
         out: dict[FeedKey, Batch] = {}
         # A live view: feeds may come and go meanwhile, so take a list first.
-        feeds = [feed for feed in list(positions) if self.known.get(feed) is not None]
+        feeds = list(positions)
         for start in range(0, len(feeds), self.VERIFY_BATCH):
             chunk = feeds[start : start + self.VERIFY_BATCH]
             with self.conn.io("verify", "verify"):
                 async with self._redis.pipeline(transaction=False) as pipe:
                     for feed in chunk:
-                        epoch, offset, chain = self.known.split(feed)
-                        args: list[Any] = ["check", 1, epoch, offset, chain, 0, ""]
-                        await self._script(keys=list(self.keys(feed)), args=args, client=pipe)
+                        args = self._args(feed, "recreate", 1, ())
+                        await self._script(keys=self._script_keys(feed), args=args, client=pipe)
                     replies = await pipe.execute()
             for feed, reply in zip(chunk, replies, strict=True):
-                if reply[0] != b"absent" and reply[6] == b"rollback":
-                    state = self._state(reply)
-                    self.known.reset(feed, state)
+                position = positions.get(feed)
+                if position is None:
+                    continue
+                if reply[0] == b"gone":
+                    self.known.forget(feed)
+                    out[feed] = Batch([], gone=True)
+                    continue
+                state = self._state(reply)
+                if reply[6]:
+                    self._rotated(feed, reply)
+                self.known.reset(feed, state)
+                if reply[6] or state.epoch != position.epoch or state.head < position.offset:
                     out[feed] = Batch([], reset=state)
         return out

@@ -6,7 +6,8 @@ listener is an asyncio protocol that parses every message already received with
 hiredis (C) in ``data_received`` and keeps them in a bounded list for the reader,
 which takes them all at once.
 
-It speaks just enough RESP2: optional ``AUTH``, then ``SUBSCRIBE`` / ``UNSUBSCRIBE``.
+It speaks just enough RESP2: optional ``AUTH``, then ``SUBSCRIBE`` / ``UNSUBSCRIBE``
+(or their sharded forms on a cluster).
 Connection failures surface as :class:`ListenerLost` from :meth:`Listener.wait`; the
 owner replaces the listener and re-reads what it follows (messages are not stored by
 Redis, so a lost connection may have lost messages).
@@ -20,7 +21,8 @@ from typing import Any, cast
 
 import anyio
 import hiredis
-from redis.asyncio.connection import SSLConnection, UnixDomainSocketConnection, parse_url
+
+from gateway.store.redis.connection import ListenerAddress
 
 #: Most messages held before the reader takes them; past it the listener gives up (the
 #: owner re-reads the streams, which hold everything), so memory stays bounded.
@@ -136,6 +138,10 @@ class Listener(asyncio.Protocol):
         if self._failed is not None:
             raise self._failed
 
+    def poke(self) -> None:
+        """Make a pending :meth:`wait` return now (the set of feeds changed)."""
+        self._wake()
+
     def take(self) -> list[tuple[bytes, bytes]]:
         """Every (channel, payload) received so far, in order."""
         messages, self.messages = self.messages, []
@@ -155,29 +161,25 @@ class Listener(asyncio.Protocol):
             self._transport.close()
 
 
-#: Seconds to connect and authenticate a listener.
-CONNECT_TIMEOUT = 5.0
-
-
-async def connect(url: str) -> Listener:
-    """Open a listener to the Redis at ``url`` (redis://, rediss://, unix://)."""
-    options = parse_url(url)
+async def connect(address: ListenerAddress, within: float = 5.0) -> Listener:
+    """Open a listener to the Redis at ``address``, within ``within`` seconds."""
     loop = asyncio.get_running_loop()
-    kind = options.get("connection_class")
-    with anyio.fail_after(CONNECT_TIMEOUT):
-        if kind is UnixDomainSocketConnection:
-            _, listener = await loop.create_unix_connection(Listener, options["path"])
+    with anyio.fail_after(within):
+        if address.path is not None:
+            _, listener = await loop.create_unix_connection(Listener, address.path)
         else:
-            context = ssl.create_default_context() if kind is SSLConnection else None
+            context = ssl.create_default_context() if address.tls else None
             _, listener = await loop.create_connection(
-                Listener, options.get("host", "localhost"), options.get("port", 6379), ssl=context
+                Listener, address.host, address.port, ssl=context
             )
-    password = options.get("password")
-    if password:
-        username = options.get("username")
-        args = ("AUTH", username, password) if username else ("AUTH", password)
+    if address.password:
+        args = (
+            ("AUTH", address.username, address.password)
+            if address.username
+            else ("AUTH", address.password)
+        )
         listener.send(*args)
-        with anyio.fail_after(CONNECT_TIMEOUT):
+        with anyio.fail_after(within):
             reply = await listener._reply()
         if isinstance(reply, hiredis.ReplyError):
             listener.close()

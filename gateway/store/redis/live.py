@@ -29,13 +29,14 @@ class RedisLive(LiveFeed):
         self.conn = conn
         self.feeds = feeds
         self._redis = conn.client
-        self._wake = conn.wake_channel
         self._listener: Listener | None = None
+        conn.on_wake = self._poke
         #: Feeds the previous read followed, and their stream keys (cached).
         self._followed: set[FeedKey] = set()
         self._stream_keys: dict[FeedKey, bytes] = {}
         self._feeds_by_key: dict[bytes, FeedKey] = {}
         self._last_sweep = 0.0
+        self._last_verify = 0.0
 
     async def broadcast(self, feed: FeedKey, data: bytes) -> None:
         # On the feed's own channel, marked so readers tell it from the append step's
@@ -50,9 +51,24 @@ class RedisLive(LiveFeed):
         if self._listener is not None:
             self._listener.close()
 
+    def _poke(self) -> None:
+        if self._listener is not None:
+            self._listener.poke()
+
+    def _replace_listener(self) -> None:
+        """Drop the listening connection: the next read opens one to wherever the
+        server is now (after a failover, a new master)."""
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.close()
+
     #: Seconds between reads of every followed feed, whatever the notifications say:
     #: a safety net for a notification lost in a reconnect.
     SWEEP_SECONDS = 5.0
+    #: Seconds between checks that every followed feed still continues what this node
+    #: delivered (a loss that no publish and no reconnect reveals: a flush, another
+    #: node's failover handling), so followers are told within this long.
+    VERIFY_SECONDS = 5.0
 
     def _stream_key(self, feed: FeedKey) -> bytes:
         key = self._stream_keys.get(feed)
@@ -80,9 +96,16 @@ class RedisLive(LiveFeed):
         }
         if len(self.conn.pending_resets) > 10_000:  # reset feeds nobody here follows
             self.conn.pending_resets.clear()
-        if self.conn.suspect:
+        now = anyio.current_time()
+        suspect = self.conn.suspect
+        if suspect or now - self._last_verify >= self.VERIFY_SECONDS:
+            if suspect:
+                # Another server (a restart, a failover): listen there, and check
+                # everything followed before reading on.
+                self._replace_listener()
             # Cleared first: a server change during the verify is verified next time.
             self.conn.suspect = False
+            self._last_verify = now
             try:
                 resets.update(await self.feeds.verify(positions))
             except BaseException:
@@ -90,7 +113,7 @@ class RedisLive(LiveFeed):
                 raise
         if resets:
             return resets
-        with self.conn.io("read_new"):
+        with self.conn.io("read_new", within=block_ms / 1000 + self.conn.timeout):
             pushed, todo, stamps, transient = await self._listen(positions, block_ms)
         if len(self._stream_keys) > 2 * len(positions) + 1000:
             self._forget_keys(positions)
@@ -141,15 +164,8 @@ class RedisLive(LiveFeed):
         now = anyio.current_time()
         sweep = self._listener is None or now - self._last_sweep >= self.SWEEP_SECONDS
         if self._listener is None:
-            listener = await connect_listener(self.conn.url)
-            try:
-                listener.subscribe([self._wake])
-                with anyio.fail_after(10):
-                    await listener.confirmed()
-            except BaseException:
-                listener.close()
-                raise
-            self._listener = listener
+            address = await self.conn.listener_address()
+            self._listener = await connect_listener(address, self.conn.timeout)
             self._followed = set()
         listener = self._listener
         pushed: dict[FeedKey, list[StoredItem]] = {}
@@ -167,7 +183,7 @@ class RedisLive(LiveFeed):
                     listener.subscribe([self._stream_key(f) for f in added])
                     # Read the new feeds only once the subscriptions are in force, so
                     # nothing published in between goes unseen.
-                    with anyio.fail_after(10):
+                    with anyio.fail_after(self.conn.timeout):
                         await listener.confirmed()
                 if removed:
                     listener.unsubscribe([self._stream_key(f) for f in removed])
@@ -201,13 +217,10 @@ class RedisLive(LiveFeed):
         """Wait (at most until ``deadline``) for messages, then take all that are there."""
         seen: dict[FeedKey, Cursor] = {}
         for _ in range(1000):  # bounded; each round waits or takes messages
-            if not todo:
+            if not todo and not self.conn.woken:
                 await listener.wait(max(0.0, deadline - anyio.current_time()))
-            woken = False
+            woken = self.conn.woken
             for channel, payload in listener.take():
-                if channel == self._wake:
-                    woken = True
-                    continue
                 feed = self._feeds_by_key.get(channel)
                 if feed is None:
                     continue
