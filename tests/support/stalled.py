@@ -8,7 +8,7 @@ stream (a raw ``GET``), reads the response head, and never reads again.  The gat
 sees its socket fill up and must bound what it holds for it (D6: per-connection and
 per-node buffers, then the slow-client policy) without slowing its other clients.
 
-    stalled = [await open_stalled_ws(host, port, feed) for _ in range(20)]
+    stalled = [await open_stalled_ws(host, port, [feed]) for _ in range(20)]
     ...
     for s in stalled: s.close()
 
@@ -38,7 +38,7 @@ _HEAD_LIMIT = 16384
 class StalledClient:
     sock: socket.socket
     kind: str
-    feed: str
+    feeds: list[str]
     status: int
 
     def close(self) -> None:
@@ -53,7 +53,7 @@ def _socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _ws(host: str, port: int, feed: str) -> StalledClient:
+def _ws(host: str, port: int, feeds: list[str]) -> StalledClient:
     sock = _socket(host, port)
     try:
         protocol = ClientProtocol(
@@ -73,10 +73,11 @@ def _ws(host: str, port: int, feed: str) -> StalledClient:
                 if isinstance(event, Response):
                     response = event
         if response.status_code != 101:
-            return StalledClient(sock, "ws", feed, response.status_code)
-        protocol.send_text(json.dumps({"type": "subscribe", "feed": feed}).encode())
+            return StalledClient(sock, "ws", feeds, response.status_code)
+        for feed in feeds:
+            protocol.send_text(json.dumps({"type": "subscribe", "feed": feed}).encode())
         sock.sendall(b"".join(protocol.data_to_send()))
-        return StalledClient(sock, "ws", feed, 101)
+        return StalledClient(sock, "ws", feeds, 101)
     except BaseException:
         sock.close()
         raise
@@ -99,15 +100,15 @@ def _sse(host: str, port: int, feed: str) -> StalledClient:
                 raise ConnectionError("no status line")
             head += data
         status = int(head.split(b" ", 2)[1])
-        return StalledClient(sock, "sse", feed, status)
+        return StalledClient(sock, "sse", [feed], status)
     except BaseException:
         sock.close()
         raise
 
 
-async def open_stalled_ws(host: str, port: int, feed: str) -> StalledClient:
-    """A subscribed WebSocket that never reads again."""
-    return await anyio.to_thread.run_sync(_ws, host, port, feed)
+async def open_stalled_ws(host: str, port: int, feeds: list[str]) -> StalledClient:
+    """A WebSocket subscribed to ``feeds`` that never reads again."""
+    return await anyio.to_thread.run_sync(_ws, host, port, feeds)
 
 
 async def open_stalled_sse(host: str, port: int, feed: str) -> StalledClient:
