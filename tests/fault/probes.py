@@ -139,4 +139,34 @@ async def readyz_turns(node: GatewayProcess, status: int, within: float) -> Answ
     return Answer(f"still {last}", time.monotonic() - started)
 
 
-__all__ = ["Answer", "publish", "readyz_turns", "sse", "ws_subscribe"]
+async def old_cursor(
+    nodes: list[GatewayProcess], team: str, cursor: str, within: float = 5.0
+) -> dict[str, str]:
+    """A reconnect with ``cursor`` (lost in the store) on every node, over SSE and
+    WebSocket: ``{"<node> sse|ws": answer}``."""
+    feed = f"team/{team}"
+    answers: dict[str, str] = {}
+    for node in nodes:
+        answers[f"{node.name} sse"] = (await sse(node, team, cursor, within)).what
+        answers[f"{node.name} ws"] = (await ws_subscribe(node, feed, cursor, within)).what
+    return answers
+
+
+def not_restarted(answers: dict[str, str]) -> dict[str, str]:
+    """The answers of :func:`old_cursor` that are not ``epoch_restarted``."""
+    return {
+        k: v
+        for k, v in answers.items()
+        if not v.startswith(("200 epoch_restarted", "epoch_restarted"))
+    }
+
+
+__all__ = [
+    "Answer",
+    "not_restarted",
+    "old_cursor",
+    "publish",
+    "readyz_turns",
+    "sse",
+    "ws_subscribe",
+]

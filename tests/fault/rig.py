@@ -195,6 +195,29 @@ class Rig:
                     return False
         return True
 
+    def notices_since(self, since: float) -> dict[tuple[str, str], float | None]:
+        """Per (follower, feed): seconds from ``since`` to its first ``epoch_restarted``
+        after it, or None."""
+        out: dict[tuple[str, str], float | None] = {}
+        for f in self.followers:
+            for feed in f.feeds:
+                times = [o.at for o in f.restarts(feed) if o.at >= since]
+                out[(f.name, feed)] = times[0] - since if times else None
+        return out
+
+    async def wait_notices(
+        self, since: float, within: float = sizes.NOTICE_BOUND
+    ) -> dict[tuple[str, str], float | None]:
+        """Wait (bounded, without failing) until every follower got ``epoch_restarted``
+        for every feed after ``since``; :meth:`notices_since` then."""
+        with contextlib.suppress(TimeoutError):  # the caller asserts on who was not told
+            await until(
+                lambda: all(t is not None for t in self.notices_since(since).values()),
+                within,
+                "epoch_restarted at every follower",
+            )
+        return self.notices_since(since)
+
     # -- the end -----------------------------------------------------------
 
     async def final_streams(self) -> dict[str, list[tuple[str, str]]]:

@@ -18,7 +18,6 @@ what every client received and the final streams.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -29,9 +28,7 @@ import redis
 
 from tests.fault import probes, sizes
 from tests.fault.rig import Rig
-from tests.support.followers import Follower
 from tests.support.redis_server import RedisServer
-from tests.support.wait import until
 
 pytestmark = [
     pytest.mark.anyio,
@@ -43,7 +40,6 @@ pytestmark = [
 
 #: Nodes in these tests: enough to check "on every node", few enough to be quick.
 NODES = 2
-TEAMS = sizes.TEAMS
 
 
 def admin(server: RedisServer) -> redis.Redis:
@@ -82,46 +78,19 @@ async def test_redis_restarted_empty_with_nothing_published_afterwards(
             await anyio.to_thread.run_sync(redis_single.start)  # same port, empty
             back = time.monotonic()
 
-            def told(f: Follower, feed: str) -> float | None:
-                """Seconds from Redis's return to this follower's epoch_restarted."""
-                notices = [o.at for o in f.restarts(feed) if o.at >= back]
-                return notices[0] - back if notices else None
-
             # Nothing is published: the nodes must notice the loss by themselves.
-            with contextlib.suppress(TimeoutError):  # who was not told is asserted below
-                await until(
-                    lambda: all(
-                        told(f, feed) is not None for f in rig.followers for feed in rig.feeds
-                    ),
-                    sizes.NOTICE_BOUND,
-                    "epoch_restarted at every follower",
-                )
-            untold = [
-                (f.name, feed[-4:])
-                for f in rig.followers
-                for feed in rig.feeds
-                if told(f, feed) is None
-            ]
-            times = [
-                t for f in rig.followers for feed in rig.feeds if (t := told(f, feed)) is not None
-            ]
-            measure("followers told / all", f"{len(times)} / {len(rig.followers) * TEAMS}")
+            notices = await rig.wait_notices(back)
+            untold = [(name, feed[-4:]) for (name, feed), t in notices.items() if t is None]
+            times = [t for t in notices.values() if t is not None]
+            measure("followers told / all", f"{len(times)} / {len(notices)}")
             if times:
                 measure("told within (s, worst follower)", max(times))
 
             # A reconnect with a cursor from before the loss, on every node, still with
             # nothing published.
-            team, feed = rig.teams[0], rig.feeds[0]
-            answers: dict[str, probes.Answer] = {}
-            for node in rig.nodes:
-                answers[f"{node.name} sse"] = await probes.sse(node, team, old[feed], 5.0)
-                answers[f"{node.name} ws"] = await probes.ws_subscribe(node, feed, old[feed], 5.0)
-            measure("old cursor after the loss", {k: a.what for k, a in answers.items()})
-            wrong = {
-                k: a.what
-                for k, a in answers.items()
-                if not a.what.startswith(("200 epoch_restarted", "epoch_restarted"))
-            }
+            answers = await probes.old_cursor(rig.nodes, rig.teams[0], str(old[rig.feeds[0]]))
+            measure("old cursor after the loss", answers)
+            wrong = probes.not_restarted(answers)
             assert not untold and not wrong, (
                 f"not told within {sizes.NOTICE_BOUND}s: {untold}; old cursor answered: {wrong}"
             )
