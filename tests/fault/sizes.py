@@ -23,6 +23,10 @@ ITEMS_BETWEEN = 15
 #: Reconnect storms per storm test (every stream of every node cut at once).
 STORM_ROUNDS = 3
 
+#: Feeds of the cluster tests: enough that every shard holds some (random team ids;
+#: a test checks that every master got at least one).
+CLUSTER_TEAMS = 9
+
 # -- bounds ----------------------------------------------------------------------
 
 #: Seconds one scenario may take in all (a hung scenario fails instead of hanging CI).
