@@ -184,7 +184,7 @@ def print_summary(soak: Soak, *, report_text: str, counts: dict[str, int]) -> No
     names = [n.name for n in soak.rig.nodes]
     print("     t  " + "  ".join(f"{n:>7}" for n in names))
     for t, rss in soak.rss:
-        cells = [f"{rss[n] / 2**20:7.1f}" if rss.get(n) else "      -" for n in names]
+        cells = [f"{b / 2**20:7.1f}" if (b := rss.get(n)) else "      -" for n in names]
         print(f"{t:6.0f}  " + "  ".join(cells))
 
 

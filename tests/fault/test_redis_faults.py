@@ -110,10 +110,11 @@ def _hang(server: RedisServer, how: str) -> tuple[Callable[[], None], Callable[[
     client = admin(server)
 
     def pause() -> None:
-        client.execute_command("CLIENT", "PAUSE", int(sizes.HANG_SECONDS * 1000) + 5000, "ALL")
+        # Longer than the hang: it ends by CLIENT UNPAUSE, when the test says so.
+        client.client_pause(int(sizes.HANG_SECONDS * 1000) + 5000, all=True)
 
     def unpause() -> None:
-        client.execute_command("CLIENT", "UNPAUSE")
+        client.client_unpause()
         client.close()
 
     return pause, unpause

@@ -73,8 +73,12 @@ async def test_reconnect_storm_over_websocket_and_sse(
                 cut = now()
                 for node in rig.nodes:  # every stream of every node, at once
                     rig.haproxy.shutdown_sessions(node.name)
+
+                def everyone_back(cut: float = cut) -> bool:
+                    return all(_reconnected_since(f, cut) for f in rig.followers)
+
                 await until(
-                    lambda cut=cut: all(_reconnected_since(f, cut) for f in rig.followers),
+                    everyone_back,
                     sizes.SETTLE,
                     "every follower reconnected after the storm",
                 )
@@ -164,10 +168,11 @@ async def test_drain_under_load_spreads_the_reconnects(
         # Each one's reconnect: its follower's next stream (of that feed, for SSE).
         delays = []
         for c in on_victim:
-            f = owners[id(c)]
-            after = [n for n in f.connections if n.opened >= c.closed and n.feed == c.feed]
+            f, closed = owners[id(c)], c.closed
+            assert closed is not None, c
+            after = [n for n in f.connections if n.opened >= closed and n.feed == c.feed]
             assert after, (f.name, c, f.connections)
-            delays.append(after[0].opened - c.closed)
+            delays.append(after[0].opened - closed)
         span = closes[-1] - closes[0]
         slices = [0] * 10
         for t in closes:

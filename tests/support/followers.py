@@ -85,6 +85,10 @@ class Follower:
         self.notes: list[Note] = []
         self.latencies: list[float] = []
 
+    async def run(self, url: str) -> None:
+        """Follow through ``url`` until cancelled (see the subclasses)."""
+        raise NotImplementedError
+
     # -- state -------------------------------------------------------------
 
     def resume_cursor(self, feed: str) -> str | None:
