@@ -12,16 +12,21 @@
   ordinary tests instead (to see their failures in full).
 - ``measure(key, value)`` records a measurement (reconnect spread, p99, RSS, notice
   times); the run ends with a table of them ("fault suite measurements").
+- A Python traceback in any gateway log of a test (``<tmp_path>/*.log``) is listed in
+  that table and fails the test at teardown, unless the test is marked
+  ``needs_gateway_work`` (whose expected failure must not hide a crash: it is listed).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
 from tests.support import haproxy
+from tests.support.gateway_process import tracebacks
 from tests.support.redis_server import RedisServer
 
 _MEASUREMENTS: list[tuple[str, str, str]] = []
@@ -56,6 +61,16 @@ def measure(request: pytest.FixtureRequest) -> Callable[[str, object], None]:
         request.node.user_properties.append((key, text))
 
     return record
+
+
+@pytest.fixture(autouse=True)
+def no_gateway_tracebacks(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[None]:
+    yield
+    found = tracebacks(tmp_path)
+    for line in found:
+        _MEASUREMENTS.append((request.node.nodeid, "GATEWAY TRACEBACK", line))
+    if found and request.node.get_closest_marker("needs_gateway_work") is None:
+        pytest.fail("a gateway logged a traceback: " + "; ".join(found))
 
 
 @pytest.fixture

@@ -224,8 +224,14 @@ class Rig:
         return {feed: await read_feed(self.haproxy.ws_url, feed) for feed in self.feeds}
 
     async def report(self, within: float = sizes.SETTLE) -> DeliveryReport:
-        """Stop publishing, read the final streams, let followers catch up, check."""
+        """Stop publishing, read the final streams, let followers catch up, check.
+
+        Every node must still be running (the tests restart the ones they stop).
+        """
         await self.stop_publishing()
+        dead = [f"{n.name} (exit {n.returncode})" for n in self.nodes if not n.running]
+        if dead:
+            raise AssertionError(f"nodes not running: {dead}\n{self.diagnostics()}")
         final = await self.final_streams()
         heads = {feed: items[-1][0] if items else None for feed, items in final.items()}
         with contextlib.suppress(TimeoutError):  # the checker says precisely who is behind

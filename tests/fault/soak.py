@@ -12,7 +12,8 @@ reading for a while).  It samples every node's RSS on a period.  At the end it s
 publishing, lets every follower catch up, runs the delivery checker and prints the
 lost / duplicated / reused / out-of-order / gap / phantom counts (all must be zero),
 how many items were announced lost with ``epoch_restarted`` (Redis restarted empty),
-and memory over time.  Exit status 0 when every count is zero, 1 otherwise.
+the gateway logs that hold a traceback, and memory over time.  Exit status 0 when every
+count is zero and no gateway logged a traceback, 1 otherwise.
 
 Bounded: ``--minutes`` (at most :data:`MAX_MINUTES`) plus the final catch-up
 (:data:`sizes.SETTLE`); everything it started is stopped on the way out.
@@ -33,7 +34,7 @@ import redis
 
 from tests.fault import sizes
 from tests.fault.rig import Rig
-from tests.support.gateway_process import GatewayProcess
+from tests.support.gateway_process import GatewayProcess, tracebacks
 from tests.support.redis_server import RedisServer
 from tests.support.stalled import StalledClient, open_stalled_sse, open_stalled_ws
 
@@ -170,8 +171,10 @@ async def run(minutes: float, fault_every: float, log_dir: Path) -> int:
         print_summary(soak, report_text=report.summary(), counts=report.counts())
         if not report.clean:
             print(report.message())
+        crashes = tracebacks(log_dir)
+        print(f"   tracebacks: {len(crashes)} {crashes}")
         print(f"node logs: {log_dir}")
-        return 0 if report.clean else 1
+        return 0 if report.clean and not crashes else 1
 
 
 def print_summary(soak: Soak, *, report_text: str, counts: dict[str, int]) -> None:

@@ -22,7 +22,7 @@ from redis.cluster import RedisCluster as ClusterClient
 
 from tests.support import events as ev
 from tests.support import netns
-from tests.support.gateway_process import Fleet
+from tests.support.gateway_process import Fleet, tracebacks
 from tests.support.haproxy import HAProxy, config
 from tests.support.node import auth
 from tests.support.redis_cluster import RedisCluster, parse_nodes
@@ -55,6 +55,17 @@ def test_parse_cluster_nodes() -> None:
     assert (a.port, a.slots, a.is_master) == (7001, ((0, 5460),), True)
     assert b.slots == ((5461, 10922), (16000, 16000))
     assert (c.master_id, c.failed, c.is_master) == ("a1", True, False)
+
+
+def test_tracebacks_in_logs_are_found_with_their_last_exception(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"  # not tmp_path itself, which the suite checks for tracebacks
+    logs.mkdir()
+    (logs / "gw0.log").write_text('{"event": "fine"}\n')
+    (logs / "gw1.log").write_text(
+        "Traceback (most recent call last):\n  ExceptionGroup: one\n"
+        "    | RuntimeError: the handler is closed\n"
+    )
+    assert tracebacks(logs) == ["gw1.log: RuntimeError: the handler is closed"]
 
 
 def test_sentinel_url() -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -294,13 +295,19 @@ class Fleet:
     def diagnostics(self, lines: int = 30) -> str:
         return "\n".join(n.log_tail(lines) for n in self.nodes)
 
-    def tracebacks(self) -> list[str]:
-        """Names of the nodes whose log holds a Python traceback."""
-        return [
-            n.name
-            for n in self.nodes
-            if n.log.exists() and "Traceback" in n.log.read_text(errors="replace")
-        ]
+
+_EXCEPTION_LINE = re.compile(r"^[\s|+]*([A-Za-z_][\w.]*(Error|Exception)\b.*)$")
 
 
-__all__ = ["CLI", "START_TIMEOUT", "Fleet", "GatewayProcess", "base_env"]
+def tracebacks(log_dir: Path) -> list[str]:
+    """``"<log>: <last exception line>"`` for every log in ``log_dir`` with a traceback."""
+    found = []
+    for log in sorted(log_dir.glob("*.log")):
+        text = log.read_text(errors="replace")
+        if "Traceback" in text:
+            lines = [m.group(1) for line in text.splitlines() if (m := _EXCEPTION_LINE.match(line))]
+            found.append(f"{log.name}: {lines[-1][:200] if lines else 'Traceback'}")
+    return found
+
+
+__all__ = ["CLI", "START_TIMEOUT", "Fleet", "GatewayProcess", "base_env", "tracebacks"]
