@@ -65,7 +65,19 @@ def test_tracebacks_in_logs_are_found_with_their_last_exception(tmp_path: Path) 
         "Traceback (most recent call last):\n  ExceptionGroup: one\n"
         "    | RuntimeError: the handler is closed\n"
     )
-    assert tracebacks(logs) == ["gw1.log: RuntimeError: the handler is closed"]
+    (logs / "gw2.log").write_text(
+        json.dumps(
+            {
+                "event": "handler failed",
+                "exception": "Traceback (most...)\n  File x\nRuntimeError: closed transport",
+            }
+        )
+        + "\n"
+    )
+    assert tracebacks(logs) == [
+        "gw1.log: RuntimeError: the handler is closed",
+        "gw2.log: RuntimeError: closed transport",
+    ]
 
 
 def test_sentinel_url() -> None:

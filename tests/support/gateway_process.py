@@ -20,6 +20,7 @@ whatever still runs.  The environment of a node is the caller's without any inhe
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -299,14 +300,26 @@ class Fleet:
 _EXCEPTION_LINE = re.compile(r"^[\s|+]*([A-Za-z_][\w.]*(Error|Exception)\b.*)$")
 
 
+def _last_exception(lines: list[str]) -> str | None:
+    found = [m.group(1) for line in lines if (m := _EXCEPTION_LINE.match(line))]
+    return found[-1][:200] if found else None
+
+
 def tracebacks(log_dir: Path) -> list[str]:
-    """``"<log>: <last exception line>"`` for every log in ``log_dir`` with a traceback."""
+    """``"<log>: <last exception line>"`` for every log in ``log_dir`` with a traceback,
+    printed (an uncaught exception) or logged (a JSON line's ``exception`` field)."""
     found = []
     for log in sorted(log_dir.glob("*.log")):
         text = log.read_text(errors="replace")
-        if "Traceback" in text:
-            lines = [m.group(1) for line in text.splitlines() if (m := _EXCEPTION_LINE.match(line))]
-            found.append(f"{log.name}: {lines[-1][:200] if lines else 'Traceback'}")
+        if "Traceback" not in text:
+            continue
+        last = None
+        for line in text.splitlines():
+            if "Traceback" in line and line.startswith("{"):
+                with contextlib.suppress(ValueError, AttributeError):
+                    last = _last_exception(str(json.loads(line).get("exception")).splitlines())
+        last = _last_exception(text.splitlines()) or last
+        found.append(f"{log.name}: {last or 'Traceback'}")
     return found
 
 
