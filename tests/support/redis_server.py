@@ -18,6 +18,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -64,8 +65,11 @@ class RedisServer:
         port: int | None = None,
         dir: Path | None = None,
         binary: str = REDIS_SERVER_BINARY,
+        extra_args: Sequence[str] = (),
     ) -> None:
         self.persistence = persistence
+        #: More ``redis-server`` options, appended to the command line (``--name value``).
+        self.extra_args = list(extra_args)
         self.replica_of = replica_of
         self.binary = binary
         self._port = port if port is not None else free_port()
@@ -122,7 +126,7 @@ class RedisServer:
         ]  # fmt: skip
         if self.replica_of is not None:
             args += ["--replicaof", "127.0.0.1", str(self.replica_of.port)]
-        return args
+        return args + self.extra_args
 
     def start(self, timeout: float = START_TIMEOUT) -> RedisServer:
         """Start the process and return once it answers PING with PONG."""

@@ -137,6 +137,8 @@ class TcpProxy(Forwarder):
         self._pairs: set[_Pair] = set()
         #: Connections accepted so far (for assertions and debugging).
         self.accepted = 0
+        #: While set, accepted connections are closed at once (see :meth:`partition`).
+        self.refusing = False
 
     # -- properties --------------------------------------------------------
 
@@ -162,6 +164,16 @@ class TcpProxy(Forwarder):
             self._target_host = host
         await self.drop_connections()
 
+    async def partition(self) -> None:
+        """A network partition between the two sides: every open pair is closed and new
+        connections are closed as soon as they are accepted, until :meth:`heal`."""
+        self.refusing = True
+        await self.drop_connections()
+
+    def heal(self) -> None:
+        """End :meth:`partition`: new connections are forwarded again."""
+        self.refusing = False
+
     async def drop_connections(self) -> None:
         """Close every open pair (both sides); new connections are still accepted."""
         pairs = list(self._pairs)
@@ -181,6 +193,8 @@ class TcpProxy(Forwarder):
         self.accepted += 1
         try:
             with pair.scope:
+                if self.refusing:
+                    return
                 try:
                     upstream = await anyio.connect_tcp(self._target_host, self._target_port)
                 except OSError:
