@@ -16,7 +16,6 @@ import structlog
 
 from gateway.auth import Authenticator
 from gateway.config import Settings
-from gateway.errors import Unavailable
 from gateway.fanout.foldcache import FoldCache
 from gateway.fanout.hub import Hooks, Hub
 from gateway.http.connections import Connections, Ticker
@@ -29,6 +28,7 @@ from gateway.inbox import INBOXES, Inbox
 from gateway.limits import ConnectionLimits, PublishRate
 from gateway.metrics import Metrics
 from gateway.publisher import Publisher
+from gateway.readiness import Readiness
 from gateway.store.base import Backend
 from gateway.store.memory import MemoryStore, memory_backend
 from gateway.store.redis import redis_backend
@@ -181,30 +181,15 @@ async def running(
 
     # A read loop that has not completed a read (an empty one counts) for this long is
     # stuck: a blocking read returns within read_block_ms.
-    stalled_after = settings.ready_stall_seconds + settings.read_block_ms / 1000
-    ping = backend.ping
-
-    async def check() -> tuple[bool, str]:
-        if hub.draining:
-            return False, "draining"
-        if ping is not None:
-            try:
-                with anyio.fail_after(min(2.0, settings.redis_timeout_seconds)):
-                    await ping()
-            except (Unavailable, TimeoutError):
-                return False, "redis does not answer"
-        now = anyio.current_time()
-        if now - hub.last_progress > stalled_after:
-            return False, "feed reader is not making progress"
-        for inbox in inboxes:
-            if now - inbox.last_progress > stalled_after:
-                return False, f"{inbox.name} inbox reader is not making progress"
-        return True, "ok"
-
-    async def ready() -> tuple[bool, str]:
-        ok, why = await check()
-        metrics.ready.set(1 if ok else 0)
-        return ok, why
+    ready = Readiness(
+        ping=backend.ping,
+        is_draining=lambda: hub.draining,
+        hub=hub,
+        inboxes=[(inbox.name, inbox) for inbox in inboxes],
+        stalled_after=settings.ready_stall_seconds + settings.read_block_ms / 1000,
+        ping_bound=settings.redis_timeout_seconds,
+        metrics=metrics,
+    )
 
     def limited(limit: str) -> None:
         metrics.limited.labels(limit=limit).inc()
@@ -235,6 +220,7 @@ async def running(
         server = HttpServer(router, tg, max_body=settings.max_body_bytes, observe=observe)
         hub.last_progress = anyio.current_time()
         tg.start_soon(hub.run)
+        tg.start_soon(ready.run)
         ticker = Ticker(connections, settings.ws_ping_interval, settings.ws_ping_timeout)
         tg.start_soon(ticker.run)
         for inbox in inboxes:

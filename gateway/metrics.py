@@ -49,7 +49,6 @@ REDIS_COMMANDS = (
     "xrange",
     "verify",
     "inbox",
-    "wake",
     "ping",
 )
 

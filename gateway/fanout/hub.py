@@ -212,19 +212,22 @@ class Hub:
             transport=sub.fmt.transport, kind=sub.feed.kind.value
         ).inc()
         channel = self.channels.get(sub.feed)
+        created = channel is None
         if channel is None:
             channel = self.channels[sub.feed] = Channel(sub.feed, state.head_cursor)
-            channel.subs.add(sub)
             self._changed.set()
-            try:
+        channel.subs.add(sub)
+        try:
+            if created:
                 await self.live.wake()
-            except BaseException:
-                # Cancelled (or failed) before the caller holds the subscription: it
-                # could never close it, so close it here.
-                self.close(sub)
-                raise
-        else:
-            channel.subs.add(sub)
+            # Live notifications flowing before the join goes live: no transient
+            # message sent after it can pass it by.
+            await self.live.following(sub.feed)
+        except BaseException:
+            # Cancelled (or failed) before the caller holds the subscription: it could
+            # never close it, so close it here.
+            self.close(sub)
+            raise
 
     async def catch_up(self, sub: Subscription, write: Callable[[bytes], Awaitable[None]]) -> None:
         """Write history from ``sub.position`` until the subscription can go live.

@@ -212,6 +212,12 @@ class LiveFeed(abc.ABC):
     async def wake(self) -> None:
         """Make a blocked :meth:`read_new` return soon (the set of feeds changed)."""
 
+    async def following(self, feed: FeedKey) -> None:  # noqa: B027 - optional hook
+        """Return once this node receives ``feed``'s live notifications (transient
+        messages included), or after a bound; a join waits for it before going live, so
+        a follower misses no transient message sent after its join.  Stores that
+        deliver everything through reads return at once."""
+
 
 class FoldStore(abc.ABC):
     """Run folds kept with their feed, so that trimming a run's start loses nothing the

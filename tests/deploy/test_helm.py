@@ -42,7 +42,7 @@ FULLNAME = "gw-gateway"
 
 #: The values files under helm/gateway/ci/: the chart's defaults, a production-like HA
 #: setup, and everything enabled.
-VALUES_SETS = ("default", "ha", "all")
+VALUES_SETS = ("default", "ha", "all", "sentinel")
 
 #: Oldest Kubernetes the chart supports (Chart.yaml kubeVersion) and the newest that
 #: kubernetes-validate ships schemas for.
@@ -196,7 +196,26 @@ EXPECTED_KINDS = {
     | {"HorizontalPodAutoscaler"},
     "all": {"Deployment", "Service", "ServiceAccount", "PodDisruptionBudget"}
     | {"HorizontalPodAutoscaler", "Ingress", "ServiceMonitor", "PrometheusRule", "ConfigMap"},
+    "sentinel": {"Deployment", "Service", "ServiceAccount", "PodDisruptionBudget"},
 }
+
+
+def test_sentinel_values_give_the_gateway_a_sentinel_url_with_the_password_from_a_secret() -> None:
+    [deployment] = [d for d in rendered("sentinel") if d["kind"] == "Deployment"]
+    env = {e["name"]: e for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["REDIS_MASTER_PASSWORD"]["valueFrom"]["secretKeyRef"] == {
+        "name": "gateway-redis-password",
+        "key": "password",
+    }
+    # Kubernetes expands $(REDIS_MASTER_PASSWORD), defined before it, into the URL.
+    names = list(env)
+    assert names.index("REDIS_MASTER_PASSWORD") < names.index("GATEWAY_REDIS_URL")
+    url = env["GATEWAY_REDIS_URL"]["value"]
+    hosts = ",".join(f"redis-sentinel-{i}.redis-sentinel:26379" for i in range(3))
+    assert url == f"redis+sentinel://:$(REDIS_MASTER_PASSWORD)@{hosts}/mymaster/0"
+    load({}, {"GATEWAY_REDIS_URL": url.replace("$(REDIS_MASTER_PASSWORD)", "pw")})
+
+
 CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}
 
 
@@ -587,18 +606,23 @@ def test_secrets_are_only_referenced(values_set: str) -> None:
     values = values_for(values_set)
     env = env_of(docs)
     redis = values.get("redis", {})
-    assert env["GATEWAY_REDIS_URL"] == {
-        "name": "GATEWAY_REDIS_URL",
-        "valueFrom": {
-            "secretKeyRef": {
-                "name": redis.get("existingSecret", "gateway-redis"),
-                "key": redis.get("existingSecretKey", "url"),
-            }
-        },
-    }
+    if redis.get("sentinel", {}).get("enabled"):
+        # The URL names the Sentinels; the master's password only from a Secret.
+        assert env["REDIS_MASTER_PASSWORD"]["valueFrom"]["secretKeyRef"]["name"]
+    else:
+        assert env["GATEWAY_REDIS_URL"] == {
+            "name": "GATEWAY_REDIS_URL",
+            "valueFrom": {
+                "secretKeyRef": {
+                    "name": redis.get("existingSecret", "gateway-redis"),
+                    "key": redis.get("existingSecretKey", "url"),
+                }
+            },
+        }
     assert env["GATEWAY_NODE_ID"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
     for var in env.values():  # no literal credentials anywhere in the environment
-        assert not re.search(r"://[^/\s]*@", var.get("value", "")), var
+        value = var.get("value", "").replace("$(REDIS_MASTER_PASSWORD)", "")
+        assert not re.search(r"://[^/\s]*[^:/\s]@", value), var
     for name in ENV_ONLY:  # GATEWAY_JWT_SECRET: only ever from a Secret
         if env_name(name) in env:
             assert set(env[env_name(name)]) == {"name", "valueFrom"}

@@ -35,7 +35,7 @@ async def test_a_join_that_finds_its_run_deleted_gets_not_found(
         feeds = node.backend.feeds
         await feeds.expire(feed, 0.001)
         with anyio.fail_after(5):
-            while await feeds.state(feed) is not None:
+            while await feeds.state(feed) is not None:  # noqa: ASYNC110 - the store's clock
                 await anyio.sleep(0.01)
         written: list[bytes] = []
 

@@ -40,7 +40,8 @@ class RedisInboxQueue(InboxQueue):
 
     async def read(self, *, pending: bool, block_ms: int | None, count: int) -> list[InboxMessage]:
         # A blocking read waits for producers: only non-blocking ones are timed.
-        with self.conn.io("inbox read", None if block_ms else "inbox"):
+        within = self.conn.timeout + (block_ms or 0) / 1000
+        with self.conn.io("inbox read", None if block_ms else "inbox", within=within):
             reply = await self._redis.xreadgroup(
                 GROUP,
                 self._consumer,

@@ -37,6 +37,10 @@ class RedisLive(LiveFeed):
         self._feeds_by_key: dict[bytes, FeedKey] = {}
         self._last_sweep = 0.0
         self._last_verify = 0.0
+        #: Feeds whose channel the current listener's SUBSCRIBE Redis confirmed, and
+        #: joins waiting for one (see following).
+        self._confirmed: set[FeedKey] = set()
+        self._waiters: dict[FeedKey, anyio.Event] = {}
 
     async def broadcast(self, feed: FeedKey, data: bytes) -> None:
         # On the feed's own channel, marked so readers tell it from the append step's
@@ -51,6 +55,24 @@ class RedisLive(LiveFeed):
         if self._listener is not None:
             self._listener.close()
 
+    async def following(self, feed: FeedKey) -> None:
+        if feed in self._confirmed:
+            return
+        event = self._waiters.get(feed)
+        if event is None:
+            event = self._waiters[feed] = anyio.Event()
+        with anyio.move_on_after(self.conn.timeout):
+            await event.wait()
+        if not event.is_set() and self._waiters.get(feed) is event:
+            del self._waiters[feed]
+
+    def _confirm(self, feeds: set[FeedKey]) -> None:
+        self._confirmed |= feeds
+        for feed in feeds:
+            event = self._waiters.pop(feed, None)
+            if event is not None:
+                event.set()
+
     def _poke(self) -> None:
         if self._listener is not None:
             self._listener.poke()
@@ -59,6 +81,7 @@ class RedisLive(LiveFeed):
         """Drop the listening connection: the next read opens one to wherever the
         server is now (after a failover, a new master)."""
         listener, self._listener = self._listener, None
+        self._confirmed.clear()
         if listener is not None:
             listener.close()
 
@@ -185,8 +208,10 @@ class RedisLive(LiveFeed):
                     # nothing published in between goes unseen.
                     with anyio.fail_after(self.conn.timeout):
                         await listener.confirmed()
+                    self._confirm(added)
                 if removed:
                     listener.unsubscribe([self._stream_key(f) for f in removed])
+                    self._confirmed -= removed
                 todo = current if sweep else added
             if sweep:
                 self._last_sweep = now
@@ -198,6 +223,7 @@ class RedisLive(LiveFeed):
             # The listening connection failed (or we were cancelled mid-read): start
             # over with a fresh one, subscriptions and a full sweep.
             self._listener = None
+            self._confirmed.clear()
             listener.close()
             if isinstance(exc, OSError):  # ListenerLost, a timeout: Redis may have moved
                 self.conn.suspect = True

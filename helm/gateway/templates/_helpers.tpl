@@ -79,6 +79,10 @@ as integers.
 {{- if or .Values.autoscaling.enabled (gt (int .Values.replicaCount) 1) }}
 {{- fail "redis.embedded=true keeps the feeds in one pod's memory: use replicaCount 1 and autoscaling.enabled=false, or configure Redis" }}
 {{- end }}
+{{- else if .Values.redis.sentinel.enabled }}
+{{- if or (not .Values.redis.sentinel.hosts) (not .Values.redis.sentinel.masterName) }}
+{{- fail "redis.sentinel.enabled=true needs redis.sentinel.hosts and redis.sentinel.masterName" }}
+{{- end }}
 {{- else }}
 {{- if and .Values.redis.existingSecret .Values.redis.url }}
 {{- fail "set one of redis.existingSecret and redis.url, not both" }}

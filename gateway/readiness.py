@@ -1,0 +1,85 @@
+"""Whether a node can serve (``/readyz``, contract D8): the store answers, the readers
+make progress, and the node is not draining.
+
+The store is pinged by a task of its own (every :data:`PING_INTERVAL` seconds, each ping
+bounded), so ``/readyz`` answers at once from what was last seen, also while Redis
+hangs: a ping that has been outstanding for more than :data:`PING_LATE` seconds makes
+the node unready.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol
+
+import anyio
+
+from gateway.errors import Unavailable
+from gateway.metrics import Metrics
+
+#: Seconds between pings of the store.
+PING_INTERVAL = 0.5
+#: A ping outstanding (or the last one failed) for this long: the store does not answer.
+PING_LATE = 1.0
+
+
+class Progressing(Protocol):
+    """A read loop whose last completed read readiness watches."""
+
+    last_progress: float
+
+
+class Readiness:
+    def __init__(
+        self,
+        *,
+        ping: Callable[[], Awaitable[None]] | None,
+        is_draining: Callable[[], bool],
+        hub: Progressing,
+        inboxes: Sequence[tuple[str, Progressing]],
+        stalled_after: float,
+        ping_bound: float,
+        metrics: Metrics,
+    ) -> None:
+        self._ping = ping
+        self._is_draining = is_draining
+        self._hub = hub
+        self._inboxes = inboxes
+        self._stalled_after = stalled_after
+        self._ping_bound = ping_bound
+        self._metrics = metrics
+        #: Monotonic time of the last ping answered (start-up counts as one).
+        self.last_answer = anyio.current_time()
+
+    async def run(self) -> None:
+        """Ping the store until cancelled (nothing to do without one)."""
+        if self._ping is None:
+            return
+        while True:
+            try:
+                with anyio.fail_after(self._ping_bound):
+                    await self._ping()
+            except (Unavailable, TimeoutError):
+                pass
+            else:
+                self.last_answer = anyio.current_time()
+            await anyio.sleep(PING_INTERVAL)
+
+    def check(self) -> tuple[bool, str]:
+        """``(ready, why)``; never waits."""
+        if self._is_draining():
+            return False, "draining"
+        now = anyio.current_time()
+        if self._ping is not None and now - self.last_answer > PING_INTERVAL + PING_LATE:
+            return False, "redis does not answer"
+        if now - self._hub.last_progress > self._stalled_after:
+            return False, "feed reader is not making progress"
+        for name, inbox in self._inboxes:
+            if now - inbox.last_progress > self._stalled_after:
+                return False, f"{name} inbox reader is not making progress"
+        return True, "ok"
+
+    async def __call__(self) -> tuple[bool, str]:
+        ok, why = self.check()
+        self._metrics.ready.set(1 if ok else 0)
+        return ok, why
