@@ -66,7 +66,6 @@ async def _publish_and_report(rig: Rig, measure: Callable[[str, object], None]) 
     assert report.clean, report.message() + "\n" + rig.diagnostics()
 
 
-@pytest.mark.needs_gateway_work("every loss announced without a publish; lost cursor -> restart")
 async def test_redis_restarted_empty_with_nothing_published_afterwards(
     tmp_path: Path, redis_single: RedisServer, measure: Callable[[str, object], None]
 ) -> None:
@@ -120,7 +119,6 @@ def _hang(server: RedisServer, how: str) -> tuple[Callable[[], None], Callable[[
     return pause, unpause
 
 
-@pytest.mark.needs_gateway_work("bounded Redis waits: 503 unavailable within the bound")
 @pytest.mark.parametrize("how", ["sigstop", "client_pause"])
 async def test_redis_hang_answers_503_within_the_bound_and_resumes(
     tmp_path: Path, redis_single: RedisServer, how: str, measure: Callable[[str, object], None]

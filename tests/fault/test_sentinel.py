@@ -64,7 +64,6 @@ async def _start(rig: Rig) -> None:
     await rig.wait_received(1 + sizes.ITEMS_BETWEEN)
 
 
-@pytest.mark.needs_gateway_work("Sentinel support (redis+sentinel:// URL)")
 async def test_gateway_serves_through_sentinel(
     tmp_path: Path, measure: Callable[[str, object], None]
 ) -> None:
@@ -85,16 +84,8 @@ async def test_gateway_serves_through_sentinel(
 @pytest.mark.parametrize(
     "via",
     [
-        pytest.param(
-            "sentinel",
-            marks=pytest.mark.needs_gateway_work("Sentinel support (redis+sentinel:// URL)"),
-        ),
-        pytest.param(
-            "endpoint",
-            marks=pytest.mark.needs_gateway_work(
-                "every node announces the loss, nothing published"
-            ),
-        ),
+        pytest.param("sentinel"),
+        pytest.param("endpoint"),
     ],
 )
 async def test_lagging_replica_promoted_by_sentinel(
