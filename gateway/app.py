@@ -6,14 +6,15 @@ import contextlib
 import logging
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
-from typing import TextIO
+from typing import Any, TextIO
 
 import anyio
 import anyio.abc
 import structlog
 
+from gateway.activity import FeedActivity
 from gateway.auth import Authenticator
 from gateway.config import Settings
 from gateway.fanout.foldcache import FoldCache
@@ -153,6 +154,8 @@ async def running(
     )
     metrics.buffered_bytes.set_function(lambda: hub.budget.total)
     folds = FoldCache(backend.feeds, backend.folds)
+    # The feed index (GET /v1/feeds) hears of appends once per feed per second.
+    activity = None if backend.index is None else FeedActivity(backend.index)
     publisher = Publisher(
         backend.feeds,
         backend.live,
@@ -162,6 +165,7 @@ async def running(
         run_retention=settings.run_retention,
         run_finished_ttl=settings.run_finished_ttl_seconds,
         agui_strict=settings.agui_strict,
+        activity=activity,
     )
     # One consumer per inbox, when the backend has inboxes.
     inboxes: list[Inbox] = []
@@ -210,6 +214,7 @@ async def running(
         cors=Cors(settings.cors_origins),
         connections=connections,
         ready=ready,
+        index=backend.index,
     )
     async with anyio.create_task_group() as tg:
         router = Router(ROUTES, services)
@@ -226,6 +231,8 @@ async def running(
         for inbox in inboxes:
             inbox.last_progress = anyio.current_time()
             tg.start_soon(inbox.run)
+        if activity is not None:
+            tg.start_soon(activity.run)
         port = await server.start(settings.host, settings.port)
         node = Gateway(settings, backend, metrics, hub, publisher, server, port, inboxes, services)
         try:
@@ -237,8 +244,14 @@ async def running(
     await backend.aclose()
 
 
-async def serve(settings: Settings) -> None:
-    """Run a node until cancelled (``gateway serve``)."""
+async def serve(
+    settings: Settings, *, beside: Callable[[Gateway], Coroutine[Any, Any, None]] | None = None
+) -> None:
+    """Run a node until cancelled (``gateway serve``).
+
+    ``beside``, if given, runs next to the node once it listens (dev mode's demo), and
+    is cancelled when a signal starts the drain.
+    """
     configure_logging(settings)
     if settings.redis_url is None:
         log.warning(
@@ -263,9 +276,13 @@ async def serve(settings: Settings) -> None:
                 log=node.backend.name,
                 keepalive_seconds=settings.keepalive_seconds,
             )
-            async for signum in signals:
-                log.info("signal received: draining", signal=signal.Signals(signum).name)
-                break
+            async with anyio.create_task_group() as companions:
+                if beside is not None:
+                    companions.start_soon(beside, node)
+                async for signum in signals:
+                    log.info("signal received: draining", signal=signal.Signals(signum).name)
+                    break
+                companions.cancel_scope.cancel()
             async with anyio.create_task_group() as tg:
                 tg.start_soon(node.drain, settings.drain_seconds)
 

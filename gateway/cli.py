@@ -1,4 +1,4 @@
-"""``gateway serve`` and ``gateway token``."""
+"""``gateway serve``, ``gateway dev``, ``gateway demo`` and ``gateway token``."""
 
 from __future__ import annotations
 
@@ -13,22 +13,61 @@ import anyio
 from gateway import auth, config
 
 
-def _serve(argv: Sequence[str]) -> int:
+def _serve(argv: Sequence[str], *, dev: bool = False) -> int:
     parser = config.serve_parser()
+    # Whole flags only: "--dev" must never be read as "--dev-allow-remote".
+    parser.allow_abbrev = False
+    dev_flags = parser.add_argument_group("development (dev mode, never for production)")
+    if dev:
+        parser.prog = "gateway dev"
+        parser.description = (
+            "Run the gateway in dev mode: a random JWT secret, the console at /console/, "
+            "the demo producer, loopback only; prints the console's URL with a token. "
+            "Takes every flag of gateway serve."
+        )
+    else:
+        dev_flags.add_argument(
+            "--dev", action="store_true", help="dev mode, as 'gateway dev' (see its --help)"
+        )
+    dev_flags.add_argument(
+        "--dev-allow-remote",
+        action="store_true",
+        help="in dev mode, listen on a --host that is not a loopback address",
+    )
     ns = parser.parse_args(list(argv))
+    dev = dev or ns.dev
     try:
         settings = config.load(vars(ns))
+        if dev:
+            from gateway import devmode
+
+            settings = devmode.dev_settings(settings, allow_remote=ns.dev_allow_remote)
     except ValueError as exc:
         parser.error(str(exc))
+    if ns.dev_allow_remote and not dev:
+        parser.error("--dev-allow-remote: only in dev mode (gateway dev, or --dev)")
     from gateway.app import serve
 
     _tune_gc()
     backend_options = {"use_uvloop": True} if settings.uvloop and _has_uvloop() else {}
     try:
-        anyio.run(serve, settings, backend="asyncio", backend_options=backend_options)
+        if dev:
+            anyio.run(devmode.run, settings, backend="asyncio", backend_options=backend_options)
+        else:
+            anyio.run(serve, settings, backend="asyncio", backend_options=backend_options)
     except KeyboardInterrupt:
         return 130
     return 0
+
+
+def _dev(argv: Sequence[str]) -> int:
+    return _serve(argv, dev=True)
+
+
+def _demo(argv: Sequence[str]) -> int:
+    from gateway import demo
+
+    return demo.main(argv)
 
 
 def _tune_gc() -> None:
@@ -88,9 +127,14 @@ def _token(argv: Sequence[str]) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    commands = {"serve": _serve, "token": _token}
+    commands = {"serve": _serve, "dev": _dev, "demo": _demo, "token": _token}
     if not args or args[0] not in commands:
-        print("usage: gateway {serve,token} [options]   (gateway serve --help)", file=sys.stderr)
+        print(
+            "usage: gateway {serve,dev,demo,token} [options]   (gateway serve --help)\n"
+            "  serve  run a node;  dev  a node in dev mode (console, demo, a ready token);\n"
+            "  demo   publish the demo story into a gateway;  token  mint a dev token",
+            file=sys.stderr,
+        )
         return 2
     return commands[args[0]](args[1:])
 

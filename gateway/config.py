@@ -104,6 +104,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     log_format: str = "auto"
     log_level: str = "info"
     uvloop: bool = True
+    #: Serve the console page and the JavaScript client at /console/ (D11).
+    console: bool = False
 
 
 SETTINGS_HELP: dict[str, str] = {
@@ -179,6 +181,8 @@ SETTINGS_HELP: dict[str, str] = {
     "log_format": "Log format: json, console or auto (console on a terminal).",
     "log_level": "Log level: debug, info, warning or error.",
     "uvloop": "Run on uvloop when it is installed (true/false).",
+    "console": "Serve the console page and the JavaScript client at /console/ (true/false); "
+    "off: 404. Dev mode turns it on.",
 }
 
 

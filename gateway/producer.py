@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gateway.activity import FeedActivity
 from gateway.cursor import Cursor
 from gateway.errors import GatewayError
 from gateway.fanout.foldcache import FoldCache
@@ -44,6 +45,8 @@ class Producer:
             run_retention=run_retention,
             run_finished_ttl=run_finished_ttl,
             agui_strict=agui_strict,
+            # No loop of its own: each feed is written to the index at most once a second.
+            activity=None if backend.index is None else FeedActivity(backend.index),
         )
 
     @classmethod

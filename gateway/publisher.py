@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 import msgspec
 import structlog
 
+from gateway.activity import FeedActivity
 from gateway.agui.events import TERMINAL, check_body, encode
 from gateway.cursor import Cursor
 from gateway.errors import GatewayError, IdempotencyKeyReused, InvalidRequest
@@ -67,6 +68,7 @@ class Publisher:
         run_retention: int = 100_000,
         run_finished_ttl: float = 3600.0,
         agui_strict: bool = False,
+        activity: FeedActivity | None = None,
     ) -> None:
         self.feeds = feeds
         self.live = live
@@ -78,6 +80,9 @@ class Publisher:
         #: The node's fold cache: a run's fold is kept with its feed before retention
         #: trims its start.
         self.folds = folds
+        #: Keeps the feed index (GET /v1/feeds) up to date: told of team and run feed
+        #: appends (not of run streams, which are not listed).
+        self.activity = activity
 
     async def publish_team_json(
         self,
@@ -125,12 +130,13 @@ class Publisher:
             if admit is not None:
                 admit(len(body) if isinstance(body, list) else 1)
             new = self._team_items(tenant, team, body)
-            result = await self.feeds.append(
-                team_feed(tenant, team), new, retention=self.team_retention
-            )
+            feed = team_feed(tenant, team)
+            result = await self.feeds.append(feed, new, retention=self.team_retention)
         except Exception as exc:
             self.reject(exc, via)
             raise
+        if self.activity is not None:
+            await self.activity.record(feed)
         self.metrics.published.labels(kind="team", path=via.value).inc(len(new))
         return result.cursors
 
@@ -184,6 +190,8 @@ class Publisher:
             else:
                 published.inc(len(new))
                 results[team] = outcome.cursors
+                if self.activity is not None:
+                    await self.activity.record(team_feed(tenant, team))
         return results
 
     async def publish_run_json(
@@ -265,6 +273,8 @@ class Publisher:
         except Exception as exc:
             self.reject(exc, via)
             raise
+        if self.activity is not None:
+            await self.activity.record(feed)
         self.metrics.published.labels(kind="run", path=via.value).inc(len(new))
         return result.cursors
 

@@ -40,6 +40,10 @@ TEAM_EVENTS = "/v1/teams/{team}/events"
 RUN_UI = "/v1/threads/{thread_id}/runs/{run_id}/ui/ag-ui"
 RUN_EVENTS = "/v1/threads/{thread_id}/runs/{run_id}/events"
 AGENT_UI = "/v1/ui/ag-ui/{agent}"
+FEEDS = "/v1/feeds"
+#: Page sizes of GET /v1/feeds (gateway.http.feeds; a test checks they agree).
+FEEDS_DEFAULT_LIMIT = 20
+FEEDS_MAX_LIMIT = 100
 #: Thread and run ids of run feeds (contract D1; gateway.feed, a test checks they agree).
 RUN_PART_PATTERN = "^[A-Za-z0-9_.-]{1,128}$"
 #: Longest Idempotency-Key of a run publish (gateway.producer; a test checks it).
@@ -1037,6 +1041,98 @@ def publish_run_events(known: set[str]) -> dict[str, Any]:
     }
 
 
+FEEDS_DESCRIPTION = """\
+The caller's recently active feeds of one kind, most recently active first (contract \
+D11): what the console lists. Scope `subscribe`. Only the caller's tenant's feeds that \
+its token may read (the `teams` and `threads` claims) and that exist are listed; host \
+teams never are. `head` is the feed's head cursor when the request was answered, \
+`updated_ms` when a node last recorded the feed as active (each node records a feed at \
+most once a second, so it may lag the last append by that much). The index keeps at most \
+10,000 feeds per tenant and kind, none idle for more than a day; feeds it dropped can \
+still be followed by name.
+
+Paginated: pass the answer's `next` as `after` to get the next page; `next` is null on \
+the last page. A page may hold fewer than `limit` feeds while `next` is not null (a \
+request looks at a bounded number of index entries). Feeds that become active while a \
+client pages move to the front, so a listing is a view, not a snapshot."""
+
+
+def list_feeds(known: set[str]) -> dict[str, Any]:
+    return {
+        "tags": ["feeds"],
+        "summary": "List the tenant's active feeds",
+        "description": FEEDS_DESCRIPTION,
+        "operationId": "listFeeds",
+        "x-error-codes": ["invalid_request", "unauthenticated", "not_found", "unavailable"],
+        "parameters": [
+            {
+                "name": "kind",
+                "in": "query",
+                "required": True,
+                "description": (
+                    "Team feeds (`team/<id>`) or AG-UI run feeds (`run/<thread>/<run>`)."
+                ),
+                "schema": {"type": "string", "enum": ["team", "run"]},
+            },
+            {
+                "name": "limit",
+                "in": "query",
+                "required": False,
+                "description": f"Feeds per page, at most {FEEDS_MAX_LIMIT}.",
+                "schema": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": FEEDS_MAX_LIMIT,
+                    "default": FEEDS_DEFAULT_LIMIT,
+                },
+            },
+            {
+                "name": "after",
+                "in": "query",
+                "required": False,
+                "description": (
+                    "The `next` of the previous page, as it was (opaque). Anything else is "
+                    "400 invalid_request."
+                ),
+                "schema": {"type": "string", "minLength": 1, "maxLength": 400},
+            },
+        ],
+        "responses": {
+            "200": {
+                "description": "One page of the listing.",
+                "headers": {
+                    "Cache-Control": {
+                        "description": "Always `no-store`: the listing changes all the time.",
+                        "schema": {"type": "string", "const": "no-store"},
+                    }
+                },
+                "content": json_content(ref("FeedList")),
+            },
+            "400": error_response(
+                "invalid_request: `kind` missing or not team or run, `limit` not an "
+                f"integer from 1 to {FEEDS_MAX_LIMIT}, or an `after` this route did not "
+                "hand out (for this kind).",
+                ["invalid_request"],
+                known,
+            ),
+            "401": error_response(
+                "unauthenticated: no token, a token that does not verify or has expired, or a "
+                "token without the subscribe scope; also every /v1 route when the gateway has "
+                "no authenticator configured.",
+                ["unauthenticated"],
+                known,
+            ),
+            "404": error_response(
+                "not_found: this gateway's store keeps no feed index.", ["not_found"], known
+            ),
+            "500": error_response("internal: an unexpected error.", ["internal"], known),
+            "503": error_response(
+                "unavailable: the feed store could not be reached.", ["unavailable"], known
+            ),
+        },
+    }
+
+
 def operational_paths() -> dict[str, Any]:
     def get(op_id: str, summary: str, description: str, responses: dict[str, Any]) -> Any:
         return {
@@ -1197,6 +1293,45 @@ def gateway_schemas() -> dict[str, Any]:
                 }
             },
         },
+        "FeedList": {
+            "description": (
+                "One page of GET /v1/feeds: feeds most recently active first, and the "
+                "`after` of the next page (null on the last one)."
+            ),
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["feeds", "next"],
+            "properties": {
+                "feeds": {
+                    "type": "array",
+                    "maxItems": FEEDS_MAX_LIMIT,
+                    "items": ref("FeedListEntry"),
+                },
+                "next": {"type": ["string", "null"], "minLength": 1},
+            },
+        },
+        "FeedListEntry": {
+            "description": (
+                "A listed feed: its name as the WebSocket protocol and the console use it, "
+                "its kind, its head cursor, and when it was last recorded as active "
+                "(milliseconds since the Unix epoch)."
+            ),
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["feed", "kind", "head", "updated_ms"],
+            "properties": {
+                "feed": {
+                    "type": "string",
+                    "pattern": (
+                        "^(team/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+                        "|run/[A-Za-z0-9_.-]{1,128}/[A-Za-z0-9_.-]{1,128})$"
+                    ),
+                },
+                "kind": {"enum": ["team", "run"]},
+                "head": {"type": "string", "pattern": CURSOR_PATTERN},
+                "updated_ms": {"type": "integer", "minimum": 0},
+            },
+        },
         "HealthBody": {
             "description": "The answer of GET /healthz.",
             "type": "object",
@@ -1298,6 +1433,10 @@ def build(seed: dict[str, Any] | None = None) -> dict[str, Any]:
                 "name": "run feeds",
                 "description": ("Follow and publish to a run's AG-UI feed and its threads stream."),
             },
+            {
+                "name": "feeds",
+                "description": "List the tenant's active feeds (the console's list).",
+            },
             {"name": "operations", "description": "Health, readiness, metrics, this document."},
         ],
         "paths": {
@@ -1305,6 +1444,7 @@ def build(seed: dict[str, Any] | None = None) -> dict[str, Any]:
             RUN_UI: {"get": run_get(known), "post": run_post(known)},
             RUN_EVENTS: {"get": subscribe_run(seed, known), "post": publish_run_events(known)},
             AGENT_UI: {"post": attach(seed, known)},
+            FEEDS: {"get": list_feeds(known)},
             **operational_paths(),
         },
         "components": {

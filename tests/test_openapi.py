@@ -39,6 +39,7 @@ TEAM_EVENTS = "/v1/teams/{team}/events"
 RUN_UI = "/v1/threads/{thread_id}/runs/{run_id}/ui/ag-ui"
 RUN_EVENTS = "/v1/threads/{thread_id}/runs/{run_id}/events"
 AGENT_UI = "/v1/ui/ag-ui/{agent}"
+FEEDS = "/v1/feeds"
 #: What the seed's dump lost from its cursor texts; the route texts restore it.
 RESTORED = "`<epoch>:<offset>`"
 BASE = "urn:gateway-openapi"
@@ -279,8 +280,9 @@ def test_every_error_response_accepts_exactly_its_codes(
         assert not check.is_valid({"error": {"code": "no_such_code", "message": "m"}}), where
         seen += 1
     # Team GET: 400 401 404 429 4XX 500 503; team POST: ten; run feed GET: six;
-    # run feed POST: ten; subscribeRun: seven; publishRunEvents: ten; attach: eight.
-    assert seen == 7 + 10 + 6 + 10 + 7 + 10 + 8
+    # run feed POST: ten; subscribeRun: seven; publishRunEvents: ten; attach: eight;
+    # listFeeds: five.
+    assert seen == 7 + 10 + 6 + 10 + 7 + 10 + 8 + 5
 
 
 def test_gateway_error_codes_are_the_additions(doc: dict[str, Any], seed: dict[str, Any]) -> None:
@@ -299,13 +301,15 @@ ROUTES = {
     RUN_UI: {"get", "post"},
     RUN_EVENTS: {"get", "post"},
     AGENT_UI: {"post"},
+    FEEDS: {"get"},
     "/healthz": {"get"},
     "/readyz": {"get"},
     "/metrics": {"get"},
     "/openapi.json": {"get"},
 }
-#: Served but not described here: the WebSocket protocol has its own document.
-UNDOCUMENTED = {"/v1/ws"}
+#: Served but not described here: the WebSocket protocol has its own document, the
+#: console's files are a page (docs/console.md).
+UNDOCUMENTED = {"/v1/ws", "/console", "/console/", "/console/{name}"}
 
 
 def _served_route_patterns() -> list[re.Pattern[str]]:
@@ -345,7 +349,7 @@ def test_every_route_is_documented(doc: dict[str, Any]) -> None:
 
 def test_operation_ids_are_unique(doc: dict[str, Any], seed: dict[str, Any]) -> None:
     ids = [op["operationId"] for item in doc["paths"].values() for op in item.values()]
-    assert len(ids) == len(set(ids)) == 11
+    assert len(ids) == len(set(ids)) == 12
     ours = {
         (path, method): op["operationId"]
         for path, item in doc["paths"].items()
@@ -710,3 +714,23 @@ def test_operational_routes(doc: dict[str, Any], registry: Registry[Any]) -> Non
     assert not component(registry, "ReadyBody").is_valid({"status": "not_ready", "reason": "x"})
     metrics = doc["paths"]["/metrics"]["get"]["responses"]["200"]["content"]
     assert list(metrics) == ["text/plain"]
+
+
+def test_the_feed_listing_says_what_the_route_does(doc: dict[str, Any]) -> None:
+    from gateway.feed import FeedKind
+    from gateway.http import feeds
+
+    op = doc["paths"][FEEDS]["get"]
+    assert op["operationId"] == "listFeeds"
+    params = {p["name"]: p for p in op["parameters"]}
+    assert params["kind"]["required"] is True
+    assert params["kind"]["schema"]["enum"] == [kind.value for kind in FeedKind]
+    assert params["limit"]["schema"]["maximum"] == feeds.MAX_LIMIT
+    assert params["limit"]["schema"]["default"] == feeds.DEFAULT_LIMIT
+    assert params["after"]["schema"]["maxLength"] == feeds.MAX_AFTER
+    entry = doc["components"]["schemas"]["FeedListEntry"]
+    pattern = re.compile(entry["properties"]["feed"]["pattern"])
+    assert pattern.match("team/0190f5a2-7c1e-7b3d-8a4f-000000000001")
+    assert pattern.match("run/t.1/r-1")
+    assert not pattern.match("run/t1/r1/events")  # run streams are not listed
+    assert not pattern.match("team/0190F5A2-7C1E-7B3D-8A4F-000000000001")

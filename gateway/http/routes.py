@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.http import ops, runs, teams, websocket
+from gateway.http import console, feeds, ops, runs, teams, websocket
 from gateway.http.router import Route
 
 FOLLOW_OR_PUBLISH = "use GET to follow or POST to publish"
@@ -37,6 +37,7 @@ ROUTES: tuple[Route, ...] = (
         "use POST with a RunAgentInput",
         preflight=b"POST",
     ),
+    Route("feeds", "/v1/feeds", {"GET": feeds.list_feeds}, ONLY_GET, preflight=b"GET"),
     Route(
         "ws",
         "/v1/ws",
@@ -47,4 +48,8 @@ ROUTES: tuple[Route, ...] = (
     Route("readyz", "/readyz", {"GET": ops.readyz}, ONLY_GET, public=True),
     Route("metrics", "/metrics", {"GET": ops.metrics}, ONLY_GET, public=True),
     Route("openapi", "/openapi.json", {"GET": ops.openapi}, ONLY_GET, public=True),
+    # The console (D11): 404 unless GATEWAY_CONSOLE is on.
+    Route("console", "/console", {"GET": console.redirect}, ONLY_GET, public=True),
+    Route("console", "/console/", {"GET": console.page}, ONLY_GET, public=True),
+    Route("console", "/console/{name}", {"GET": console.asset}, ONLY_GET, public=True),
 )

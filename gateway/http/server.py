@@ -185,7 +185,8 @@ class Responder:
         else:
             all_headers = [(b"content-type", content_type), (b"content-length", b"%d" % len(body))]
         all_headers += headers or []
-        self._conn.send_simple(status, all_headers, body)
+        # A HEAD answer declares the GET's length but carries no body (RFC 9110 9.3.2).
+        self._conn.send_simple(status, all_headers, b"" if self._request.method == "HEAD" else body)
 
     def error(self, exc: GatewayError) -> None:
         self.send(exc.status, exc.body(), headers=exc.headers())
@@ -467,6 +468,7 @@ class HttpConnection(asyncio.Protocol):
 _REASONS = {
     200: b"OK",
     204: b"No Content",
+    308: b"Permanent Redirect",
     400: b"Bad Request",
     401: b"Unauthorized",
     403: b"Forbidden",

@@ -17,7 +17,7 @@ from gateway.http.server import Request
 from gateway.limits import ConnectionLimits, PublishRate
 from gateway.metrics import Metrics
 from gateway.publisher import Publisher
-from gateway.store.base import FeedStore
+from gateway.store.base import FeedIndex, FeedStore
 
 Readiness = Callable[[], Awaitable[tuple[bool, str]]]
 
@@ -41,6 +41,8 @@ class Services:
     connections: Connections
     #: ``/readyz``: whether the node can serve, and why not.
     ready: Readiness
+    #: The tenants' recently active feeds (``GET /v1/feeds``); None: not kept.
+    index: FeedIndex | None = None
 
     def principal(self, request: Request) -> Principal:
         """The caller, from ``Authorization: Bearer`` or the ``access_token`` query

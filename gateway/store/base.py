@@ -17,7 +17,8 @@ tested against both (``tests/store``):
   a reader can tell that what follows its position continues what it saw.
 
 A :class:`Backend` bundles what one backend offers; the application asks it for a
-capability (``backend.inbox``, ``backend.ping``) instead of testing its type.
+capability (``backend.inbox``, ``backend.ping``, ``backend.index``) instead of testing
+its type.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import msgspec
 
 from gateway.cursor import Cursor
 from gateway.errors import IdempotencyKeyReused, Unavailable
-from gateway.feed import AppendResult, FeedKey, FeedState, Known, NewItem, StoredItem
+from gateway.feed import AppendResult, FeedKey, FeedKind, FeedState, Known, NewItem, StoredItem
 
 #: How many feeds' last-seen positions a node remembers for rollback detection.
 KNOWN_FEEDS_LIMIT = 100_000
@@ -269,12 +270,59 @@ class InboxQueue(abc.ABC):
         """Copy a rejected message, with its reason code and message, to the dead letters."""
 
 
+#: Bounds of a feed index: entries per tenant and kind (the least recently active go
+#: first), and how long an entry stays without activity (one day).
+INDEX_MAX_FEEDS = 10_000
+INDEX_MAX_AGE_MS = 86_400_000
+
+
+class IndexEntry(msgspec.Struct, frozen=True):
+    """One feed in a tenant's feed index: its id (``FeedKey.id``) and when it was last
+    recorded as active (wall-clock milliseconds)."""
+
+    id: str
+    updated_ms: int
+
+
+class FeedIndex(abc.ABC):
+    """Each tenant's recently active feeds of each kind, most recent first (the listing
+    of ``GET /v1/feeds``, contract D11).
+
+    Entries are ordered by ``(updated_ms, id)``, descending.  The index is bounded: at
+    most :data:`INDEX_MAX_FEEDS` entries per tenant and kind (the least recently active
+    are dropped) and none older than :data:`INDEX_MAX_AGE_MS` (measured from the newest
+    time recorded).  An entry does not say that its feed still exists: readers check the
+    feed's state and :meth:`forget` the ones that are gone.
+    """
+
+    @abc.abstractmethod
+    async def touch(self, entries: Sequence[tuple[FeedKey, int]]) -> None:
+        """Record each feed as active at the given time (ms), all in one round trip.
+
+        A time earlier than the one an entry has does not move it back (several nodes
+        record the same feed).  Raises Unavailable.
+        """
+
+    @abc.abstractmethod
+    async def page(
+        self, tenant: str, kind: FeedKind, *, before: IndexEntry | None, limit: int
+    ) -> list[IndexEntry]:
+        """Up to ``limit`` entries of the tenant's feeds of ``kind``, most recent first,
+        starting after ``before`` in that order (from the start when None)."""
+
+    @abc.abstractmethod
+    async def forget(self, tenant: str, kind: FeedKind, ids: Sequence[str]) -> None:
+        """Drop the entries of feeds found not to exist (an active feed comes back with
+        its next :meth:`touch`)."""
+
+
 @dataclass
 class Backend:
     """What one backend offers, by capability.
 
     ``inbox`` is None for a backend without inboxes (the embedded one); ``ping`` is None
-    when there is no server to ask (readiness then does not depend on it).
+    when there is no server to ask (readiness then does not depend on it); ``index`` is
+    None for a backend that keeps no feed index (then nothing lists feeds).
     """
 
     feeds: FeedStore
@@ -283,6 +331,7 @@ class Backend:
     inbox: Callable[[str], InboxQueue] | None = None
     ping: Callable[[], Awaitable[None]] | None = None
     close: Callable[[], Awaitable[None]] | None = None
+    index: FeedIndex | None = None
     #: Short name for logs: ``redis``, ``embedded``.
     name: str = "embedded"
 

@@ -15,12 +15,16 @@ import anyio
 
 from gateway.cursor import Cursor
 from gateway.errors import IdempotencyKeyReused
-from gateway.feed import AppendResult, FeedKey, FeedState, NewItem, StoredItem
+from gateway.feed import AppendResult, FeedKey, FeedKind, FeedState, NewItem, StoredItem
 from gateway.store.base import (
+    INDEX_MAX_AGE_MS,
+    INDEX_MAX_FEEDS,
     Backend,
     Batch,
+    FeedIndex,
     FeedStore,
     FoldStore,
+    IndexEntry,
     LiveFeed,
     chain_next,
     epoch_floor,
@@ -294,7 +298,66 @@ def _reused(index: int) -> str:
     return f"item {index}: event_id was already used for a different item"
 
 
-def memory_backend(store: MemoryStore | None = None) -> Backend:
-    """The embedded backend (``store`` to share one between nodes in tests)."""
+class MemoryFeedIndex(FeedIndex):
+    """The feed index in this process: per tenant and kind, feed id -> last activity."""
+
+    def __init__(
+        self, *, max_feeds: int = INDEX_MAX_FEEDS, max_age_ms: int = INDEX_MAX_AGE_MS
+    ) -> None:
+        self._max_feeds = max_feeds
+        self._max_age_ms = max_age_ms
+        self._entries: dict[tuple[str, FeedKind], dict[str, int]] = {}
+
+    async def touch(self, entries: Sequence[tuple[FeedKey, int]]) -> None:
+        changed: set[tuple[str, FeedKind]] = set()
+        for feed, ms in entries:
+            group = self._entries.setdefault((feed.tenant, feed.kind), {})
+            if ms > group.get(feed.id, -1):
+                group[feed.id] = ms
+            changed.add((feed.tenant, feed.kind))
+        for name in changed:
+            self._trim(name)
+
+    def _trim(self, name: tuple[str, FeedKind]) -> None:
+        group = self._entries[name]
+        oldest = max(group.values()) - self._max_age_ms
+        stale = [feed for feed, ms in group.items() if ms < oldest]
+        for feed in stale:
+            del group[feed]
+        # Trimmed in steps of a tenth, so that a full index does not sort on every touch.
+        if len(group) > self._max_feeds + self._max_feeds // 10:
+            keep = sorted(group.items(), key=lambda e: (e[1], e[0]))[-self._max_feeds :]
+            self._entries[name] = dict(keep)
+        if not self._entries[name]:
+            del self._entries[name]
+
+    async def page(
+        self, tenant: str, kind: FeedKind, *, before: IndexEntry | None, limit: int
+    ) -> list[IndexEntry]:
+        group = self._entries.get((tenant, kind), {})
+        if limit <= 0:
+            return []
+        ordered = sorted(group.items(), key=lambda e: (e[1], e[0]), reverse=True)
+        if len(ordered) > self._max_feeds:
+            ordered = ordered[: self._max_feeds]
+        out: list[IndexEntry] = []
+        for feed, ms in ordered:
+            if before is not None and (ms, feed) >= (before.updated_ms, before.id):
+                continue
+            out.append(IndexEntry(feed, ms))
+            if len(out) >= limit:
+                break
+        return out
+
+    async def forget(self, tenant: str, kind: FeedKind, ids: Sequence[str]) -> None:
+        group = self._entries.get((tenant, kind))
+        if group is not None:
+            for feed in ids:
+                group.pop(feed, None)
+
+
+def memory_backend(store: MemoryStore | None = None, index: FeedIndex | None = None) -> Backend:
+    """The embedded backend (``store`` and ``index`` to share them between nodes in tests)."""
     store = store or MemoryStore()
-    return Backend(feeds=store, live=store, folds=store, name="embedded")
+    index = index or MemoryFeedIndex()
+    return Backend(feeds=store, live=store, folds=store, index=index, name="embedded")

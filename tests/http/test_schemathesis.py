@@ -1,7 +1,7 @@
 """Schemathesis against the gateway's own OpenAPI document (issue 6).
 
 The operations that answer once (publishing to team feeds, run feeds and run streams,
-``/healthz``, ``/readyz``, ``/metrics``, ``/openapi.json``) are generated from
+listing feeds, ``/healthz``, ``/readyz``, ``/metrics``, ``/openapi.json``) are generated from
 ``gateway/schemas/gateway.openapi.json``, the document the node serves (a test checks
 the bytes), and sent over real HTTP to a real node on the test Redis with a token that
 has both scopes.  The streaming routes (``GET /v1/teams/{team}/events``, the run feed
@@ -94,6 +94,8 @@ stream_publishing = schemathesis.openapi.from_path(str(DOCUMENT)).include(
     operation_id="publishRunEvents"
 )
 stream_publishing.config.phases.coverage.enabled = False
+#: GET /v1/feeds (three query parameters: every phase is cheap).
+listing = schemathesis.openapi.from_path(str(DOCUMENT)).include(operation_id="listFeeds")
 #: /healthz, /readyz, /metrics, /openapi.json (no parameters: every phase is cheap).
 plain = schemathesis.openapi.from_path(str(DOCUMENT)).exclude(path_regex="^/v1/")
 
@@ -197,6 +199,12 @@ def test_agui_publishing_conforms(case: schemathesis.Case, node_url: str) -> Non
 @SETTINGS
 def test_run_stream_publishing_conforms(case: schemathesis.Case, node_url: str) -> None:
     consistent_run(case)
+    case.call_and_validate(base_url=node_url, headers=auth(TENANT), checks=CHECKS, timeout=10)
+
+
+@listing.parametrize()
+@SETTINGS
+def test_listing_conforms(case: schemathesis.Case, node_url: str) -> None:
     case.call_and_validate(base_url=node_url, headers=auth(TENANT), checks=CHECKS, timeout=10)
 
 

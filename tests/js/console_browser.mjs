@@ -77,12 +77,20 @@ async function run(command) {
       return null;
     case "eval":
       return await page.evaluate(expression(command));
-    case "waitFor":
-      await page.waitForFunction(expression(command), null, {
-        timeout: command.timeout_ms ?? 20000,
-        polling: 50,
-      });
-      return null;
+    case "waitFor": {
+      // Polled from here with page.evaluate: waitForFunction evaluates strings inside
+      // the page, which the console's Content-Security-Policy (no 'unsafe-eval') refuses.
+      const waitMs = command.timeout_ms ?? 20000;
+      const deadline = Date.now() + waitMs;
+      const expr = expression(command);
+      for (;;) {
+        if (await page.evaluate(expr)) return null;
+        if (Date.now() > deadline) {
+          throw new Error(`waitFor: not true within ${waitMs} ms: ${command.expr.slice(0, 200)}`);
+        }
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+    }
     case "click":
       await page.click(command.selector);
       return null;

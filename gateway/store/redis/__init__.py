@@ -12,6 +12,7 @@ from gateway.store.redis.connection import RedisConnection
 from gateway.store.redis.feeds import RedisFeeds
 from gateway.store.redis.folds import RedisFolds
 from gateway.store.redis.inbox import RedisInboxQueue
+from gateway.store.redis.index import RedisFeedIndex
 from gateway.store.redis.live import RedisLive
 
 
@@ -59,12 +60,14 @@ def redis_backend(
         inbox=inbox,
         ping=conn.ping,
         close=close,
+        index=RedisFeedIndex(conn),
         name="redis",
     )
 
 
 __all__ = [
     "RedisConnection",
+    "RedisFeedIndex",
     "RedisFeeds",
     "RedisFolds",
     "RedisInboxQueue",
