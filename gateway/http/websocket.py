@@ -44,11 +44,12 @@ from gateway.fanout.driver import Driver, EndReason
 from gateway.fanout.outbox import Outbox
 from gateway.fanout.policy import Overflows
 from gateway.fanout.subscription import Subscription
-from gateway.feed import FeedKey, FeedKind
+from gateway.feed import FeedKey
 from gateway.http.server import Request, Responder, Stream, connection_id
 from gateway.http.services import Services
 from gateway.wire import ws
-from gateway.wire.formats import RUN_WS, TEAM_WS
+from gateway.wire.format import Format
+from gateway.wire.formats import ws_format
 
 log = structlog.get_logger("gateway.ws")
 
@@ -224,6 +225,7 @@ class Session:
         try:
             key = access.feed_named(self.principal, name)
             cursor = parse_cursor(message.after) if message.after is not None else None
+            fmt = ws_format(key.kind, message.format)
         except GatewayError as exc:
             # An error about a feed ends that feed's subscription, and only that one.
             self._unsubscribe(name)
@@ -247,7 +249,7 @@ class Session:
         entry = self.entries[name] = _Entry(self, name)
         entry.scope = anyio.CancelScope()
         assert self._tg is not None
-        self._tg.start_soon(self._join, entry, key, cursor)
+        self._tg.start_soon(self._join, entry, key, cursor, fmt)
 
     def _unsubscribe(self, name: str) -> None:
         entry = self.entries.pop(name, None)
@@ -259,13 +261,12 @@ class Session:
         """The open subscriptions by feed name."""
         return {n: e.sub for n, e in self.entries.items() if e.sub is not None}
 
-    async def _join(self, entry: _Entry, key: FeedKey, cursor: Cursor | None) -> None:
+    async def _join(self, entry: _Entry, key: FeedKey, cursor: Cursor | None, fmt: Format) -> None:
         """Open a subscription (with its prelude), then drive it until it is live."""
         assert entry.scope is not None
         name = entry.name
         with entry.scope:
             driver = self.services.driver(self._overflows)
-            fmt = RUN_WS if key.kind is FeedKind.RUN else TEAM_WS
             try:
                 sub = await driver.open(key, cursor, fmt)
             except GatewayError as exc:

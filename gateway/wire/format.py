@@ -15,6 +15,11 @@ from gateway.feed import FeedKey, StoredItem
 #: Encodes the prelude events (compact JSON each) for a join at a cursor.
 PreludeEncoder = Callable[[FeedKey, Cursor, Sequence[bytes]], bytes]
 
+#: What a prelude is made of (``Format.prelude_kind``; the fold cache computes each):
+#: the D7 AG-UI prelude events, or the A2UI messages that rebuild a run's live surfaces.
+AGUI_PRELUDE = "ag-ui"
+A2UI_PRELUDE = "a2ui"
+
 
 class Format:
     """One wire format.
@@ -26,10 +31,20 @@ class Format:
     ``transient``, if given, encodes the feed's transient messages for live followers.
     ``prelude``, if given, encodes what a client joining past the feed's first item
     gets before the items (a run's AG-UI prelude, docs/contract.md D7); formats without
-    it start with the items after the cursor.
+    it start with the items after the cursor.  ``prelude_kind`` says which events the
+    encoder gets: :data:`AGUI_PRELUDE` or :data:`A2UI_PRELUDE` (A2UI messages).
     """
 
-    __slots__ = ("ends", "frame", "name", "prelude", "restart", "transient", "transport")
+    __slots__ = (
+        "ends",
+        "frame",
+        "name",
+        "prelude",
+        "prelude_kind",
+        "restart",
+        "transient",
+        "transport",
+    )
 
     def __init__(
         self,
@@ -41,6 +56,7 @@ class Format:
         ends: Callable[[StoredItem], bool] | None = None,
         transient: Callable[[FeedKey, bytes], bytes] | None = None,
         prelude: PreludeEncoder | None = None,
+        prelude_kind: str = AGUI_PRELUDE,
     ) -> None:
         self.name = name
         self.frame = frame
@@ -50,6 +66,7 @@ class Format:
         #: Encodes a transient message (never stored); None: the format carries none.
         self.transient = transient
         self.prelude = prelude
+        self.prelude_kind = prelude_kind
 
     def __repr__(self) -> str:
         return f"Format({self.name!r})"

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Final
 
 import msgspec
 
 from gateway.agui.events import TERMINAL
 from gateway.cursor import Cursor
-from gateway.feed import FeedKey, StoredItem
+from gateway.dialects import a2ui
+from gateway.errors import InvalidRequest
+from gateway.feed import FeedKey, FeedKind, StoredItem
 from gateway.runstream import stored_kind, stored_seq
 from gateway.wire import sse, ws
-from gateway.wire.format import Format
+from gateway.wire.format import A2UI_PRELUDE, Format
 from gateway.wire.teamitem import epoch_restarted_item, team_item
 
 
@@ -136,3 +139,62 @@ RUN_STREAM_SSE = Format(
     ends=_stream_ends,
     transient=_stream_transient,
 )
+
+
+# -- A2UI as-is over WebSocket (docs/dialects/a2ui.md) -------------------------------------
+
+#: Every item that carries A2UI holds this (its ``activityType``); others skip decoding.
+_A2UI_MARK = b'"' + a2ui.ACTIVITY_TYPE.encode() + b'"'
+_message_encoder = msgspec.json.Encoder()
+
+
+def _run_a2ui_ws_frame(feed: FeedKey, item: StoredItem) -> bytes:
+    # One event frame per A2UI message the item carries, each with the item's cursor;
+    # nothing for an item that carries none.
+    if _A2UI_MARK not in item.data:
+        return b""
+    try:
+        event = msgspec.json.decode(item.data)
+    except msgspec.DecodeError:
+        return b""
+    if not isinstance(event, dict):
+        return b""
+    name, cursor = feed.public_name, item.cursor
+    return b"".join(
+        ws.frame(ws.event_payload(name, cursor, _message_encoder.encode(message)))
+        for message in a2ui.messages_of(event)
+    )
+
+
+#: A run feed's A2UI messages as ``gateway.v1`` event frames (the subscribe option
+#: ``"format": "a2ui"``): the prelude rebuilds the surfaces live at the cursor
+#: (:func:`gateway.dialects.a2ui.rejoin_messages`), then each item's messages.
+RUN_A2UI_WS = Format(
+    "run-a2ui-ws",
+    _run_a2ui_ws_frame,
+    _ws_restart,
+    transport="ws",
+    prelude=_run_ws_prelude,
+    prelude_kind=A2UI_PRELUDE,
+)
+
+#: The formats a WebSocket ``subscribe`` may name (its ``format`` field), per feed kind;
+#: the first of each kind is the default (docs/protocol.md).
+WS_FORMATS: Final[Mapping[FeedKind, Mapping[str, Format]]] = {
+    FeedKind.TEAM: {"team": TEAM_WS},
+    FeedKind.RUN: {"ag-ui": RUN_WS, "a2ui": RUN_A2UI_WS},
+}
+
+
+def ws_format(kind: FeedKind, name: str | None) -> Format:
+    """The WebSocket format a subscription to a feed of ``kind`` asked for (None: the
+    default); InvalidRequest for a name that is not one of that kind's formats."""
+    formats = WS_FORMATS[kind]
+    if name is None:
+        return next(iter(formats.values()))
+    found = formats.get(name)
+    if found is None:
+        known = ", ".join(f'"{n}"' for n in formats)
+        shown = name[:64]
+        raise InvalidRequest(f"format: {shown!r} is not a format of {kind.value} feeds ({known})")
+    return found

@@ -23,6 +23,8 @@ MAX_FEED_NAME = 300
 class Subscribe(msgspec.Struct, frozen=True):
     feed: str
     after: str | None = None
+    #: The wire format of the feed's events (docs/protocol.md); None: the feed's default.
+    format: str | None = None
 
 
 class Unsubscribe(msgspec.Struct, frozen=True):
@@ -37,7 +39,11 @@ ClientMessage = Subscribe | Unsubscribe | Auth
 
 _KINDS: dict[str, tuple[type[Any], frozenset[str], frozenset[str]]] = {
     # type: (struct, required fields, allowed fields)
-    "subscribe": (Subscribe, frozenset({"feed"}), frozenset({"type", "feed", "after"})),
+    "subscribe": (
+        Subscribe,
+        frozenset({"feed"}),
+        frozenset({"type", "feed", "after", "format"}),
+    ),
     "unsubscribe": (Unsubscribe, frozenset({"feed"}), frozenset({"type", "feed"})),
     "auth": (Auth, frozenset({"token"}), frozenset({"type", "token"})),
 }
@@ -72,7 +78,7 @@ def decode_client(text: str | bytes) -> ClientMessage:
         raise MessageError(f"{missing[0]}: required for {kind}", feed)
     fields = {k: v for k, v in value.items() if k != "type"}
     for name, field in fields.items():
-        if name == "after" and field is None:
+        if name in ("after", "format") and field is None:
             continue
         if not isinstance(field, str):
             raise MessageError(f"{name}: must be a string", feed)
