@@ -4,7 +4,11 @@ Inbox ``team`` (stream ``<prefix>:inbox:team``): each message has the fields ``t
 ``team`` and ``body`` (the JSON of a ``POST /v1/teams/{team}/events`` body: one item or
 an array).  Inbox ``run``: ``tenant``, ``thread``, ``run`` and ``body`` (one AG-UI event
 or an array, as ``POST .../ui/ag-ui`` takes), and optionally ``idempotency_key`` (the
-``Idempotency-Key`` header's meaning).  Nodes read each inbox as members of one consumer
+``Idempotency-Key`` header's meaning).  Inbox ``sparktide``: ``tenant`` and ``body`` (one
+SparkTide event or an array of one run, as ``POST /v1/sparktide/events`` takes; the run
+is the events' ``conversationId`` and ``runId``).  Inbox ``a2ui``: ``tenant``, ``thread``,
+``run``, ``body`` (one A2UI message or an array) and optionally ``idempotency_key``.
+Nodes read each inbox as members of one consumer
 group, apply exactly the HTTP route's validation (:class:`~gateway.publisher.Publisher`),
 append, and acknowledge.  A rejected message is copied, with ``reason`` (error code) and
 ``message``, to the inbox's dead letters before it is acknowledged.  A message whose
@@ -50,6 +54,21 @@ async def _run(publisher: Publisher, values: Fields, body: bytes) -> object:
     )
 
 
+async def _sparktide(publisher: Publisher, values: Fields, body: bytes) -> object:
+    return await publisher.publish_sparktide_json(values[b"tenant"], body, via=Via.INBOX)
+
+
+async def _a2ui(publisher: Publisher, values: Fields, body: bytes) -> object:
+    return await publisher.publish_a2ui_json(
+        values[b"tenant"],
+        values[b"thread"],
+        values[b"run"],
+        body,
+        via=Via.INBOX,
+        idempotency_key=values.get(b"idempotency_key"),
+    )
+
+
 class InboxKind:
     """What one inbox carries: its name, required and optional fields, and the handler."""
 
@@ -66,6 +85,8 @@ class InboxKind:
 INBOXES = (
     InboxKind("team", (b"tenant", b"team", b"body"), (), _team),
     InboxKind("run", (b"tenant", b"thread", b"run", b"body"), (b"idempotency_key",), _run),
+    InboxKind("sparktide", (b"tenant", b"body"), (), _sparktide),
+    InboxKind("a2ui", (b"tenant", b"thread", b"run", b"body"), (b"idempotency_key",), _a2ui),
 )
 
 

@@ -118,5 +118,33 @@ class Producer:
             idempotency_key=idempotency_key,
         )
 
+    async def publish_sparktide(
+        self, tenant: str, events: dict[str, Any] | list[dict[str, Any]]
+    ) -> list[Cursor]:
+        """Translate SparkTide events (one or a list, of one run) to AG-UI and append them
+        to the run feed ``run/<conversationId>/<runId>`` atomically; one cursor per event
+        (that of the last AG-UI event derived from it; a retry answers its first)."""
+        return await self._publisher.publish_sparktide(tenant, events, via=Via.PRODUCER)
+
+    async def publish_a2ui(
+        self,
+        tenant: str,
+        thread_id: str,
+        run_id: str,
+        messages: dict[str, Any] | list[dict[str, Any]],
+        *,
+        idempotency_key: str | None = None,
+    ) -> list[Cursor]:
+        """Append A2UI messages (one or a list) to a run that has started, as AG-UI
+        activities, atomically; one cursor per message."""
+        return await self._publisher.publish_a2ui(
+            tenant,
+            thread_id,
+            run_id,
+            messages,
+            via=Via.PRODUCER,
+            idempotency_key=idempotency_key,
+        )
+
     async def aclose(self) -> None:
         await self._backend.aclose()

@@ -28,6 +28,7 @@ from gateway.feed import (
     team_feed,
 )
 from gateway.metrics import Metrics
+from gateway.publish_dialects import Authorize, DialectRuns
 from gateway.runstream import check_messages, seq_key
 from gateway.store.base import FeedStore, LiveFeed
 from gateway.validate import validate_team_publish
@@ -83,6 +84,10 @@ class Publisher:
         #: Keeps the feed index (GET /v1/feeds) up to date: told of team and run feed
         #: appends (not of run streams, which are not listed).
         self.activity = activity
+        #: SparkTide and A2UI into run feeds (one writer per run on this node).
+        self.dialects = DialectRuns(
+            feeds, folds, run_retention=run_retention, run_finished_ttl=run_finished_ttl
+        )
 
     async def publish_team_json(
         self,
@@ -371,4 +376,89 @@ class Publisher:
             self.reject(exc, via)
             raise
         self.metrics.published.labels(kind="run", path=via.value).inc(len(messages))
+        return cursors
+
+    # -- other dialects in (docs/dialects/sparktide.md, docs/dialects/a2ui.md) -----------
+
+    async def publish_sparktide_json(
+        self,
+        tenant: str,
+        raw: bytes,
+        *,
+        via: Via,
+        admit: Callable[[int], None] | None = None,
+        authorize: Authorize | None = None,
+    ) -> list[Cursor]:
+        """:meth:`publish_sparktide` for a body still in JSON text (HTTP, the inbox)."""
+        body = self._decoded(raw, via)
+        return await self.publish_sparktide(tenant, body, via=via, admit=admit, authorize=authorize)
+
+    async def publish_sparktide(
+        self,
+        tenant: str,
+        body: object,
+        *,
+        via: Via,
+        admit: Callable[[int], None] | None = None,
+        authorize: Authorize | None = None,
+    ) -> list[Cursor]:
+        """Translate SparkTide events (one or an array of one run) to AG-UI and append
+        them to the run feed ``run/<conversationId>/<runId>``, all or nothing.
+
+        One cursor per SparkTide event: that of the last AG-UI event derived from it (a
+        retried event answers its first cursor).  ``authorize(thread_id, run_id)`` may
+        refuse the run the body names (the HTTP route's ``threads`` claim); ``admit``
+        is called with the number of events first.
+        """
+        try:
+            if admit is not None:
+                admit(len(body) if isinstance(body, list) else 1)
+            cursors, appended = await self.dialects.sparktide(tenant, body, authorize=authorize)
+        except Exception as exc:
+            self.reject(exc, via)
+            raise
+        self.metrics.published.labels(kind="run", path=via.value).inc(appended)
+        return cursors
+
+    async def publish_a2ui_json(
+        self,
+        tenant: str,
+        thread_id: str,
+        run_id: str,
+        raw: bytes,
+        *,
+        via: Via,
+        idempotency_key: str | None = None,
+        admit: Callable[[int], None] | None = None,
+    ) -> list[Cursor]:
+        """:meth:`publish_a2ui` for a body still in JSON text (HTTP, the inbox)."""
+        body = self._decoded(raw, via)
+        return await self.publish_a2ui(
+            tenant, thread_id, run_id, body, via=via, idempotency_key=idempotency_key, admit=admit
+        )
+
+    async def publish_a2ui(
+        self,
+        tenant: str,
+        thread_id: str,
+        run_id: str,
+        body: object,
+        *,
+        via: Via,
+        idempotency_key: str | None = None,
+        admit: Callable[[int], None] | None = None,
+    ) -> list[Cursor]:
+        """Check A2UI messages (one or an array) against the seed and the run's surfaces
+        and append them to the run feed as AG-UI activities, all or nothing; one cursor
+        per message.  ``idempotency_key`` as for :meth:`publish_run`."""
+        try:
+            if admit is not None:
+                admit(len(body) if isinstance(body, list) else 1)
+            cursors, appended = await self.dialects.a2ui(
+                tenant, thread_id, run_id, body, idempotency_key=idempotency_key
+            )
+        except Exception as exc:
+            self.reject(exc, via)
+            raise
+        self.metrics.published.labels(kind="run", path=via.value).inc(appended)
         return cursors

@@ -1389,7 +1389,294 @@ def gateway_schemas() -> dict[str, Any]:
             "required": ["error"],
             "properties": {"error": ref("GatewayFailure")},
         },
+        **dialect_schemas(),
     }
+
+
+# -- other dialects in (contract D4.8, D4.9; docs/dialects/) --------------------------------
+
+SPARKTIDE_EVENTS = "/v1/sparktide/events"
+RUN_A2UI = "/v1/threads/{thread_id}/runs/{run_id}/a2ui"
+#: The dialects' seed schemas, read from the package (gateway.dialects.seeds reads them too).
+SPARKTIDE_SEED = ROOT / "gateway" / "schemas" / "sparktide-agent-event.schema.json"
+A2UI_SEED = ROOT / "gateway" / "schemas" / "a2ui-server-to-client.schema.json"
+#: The A2UI seed's one external reference (the component catalogue it does not include).
+A2UI_CATALOG_REF = "standard_catalog_definition.json#/$defs/anyComponent"
+
+SPARKTIDE_POST_DESCRIPTION = f"""\
+Translate SparkTide AgentEvent 1.0 events to AG-UI and append them to a run feed \
+(contract D4.8, `docs/dialects/sparktide.md`; the seed has no such route).
+
+The body is one SparkTide event or a non-empty JSON array of at most {MAX_BATCH_ITEMS}, \
+all of one run, appended all or nothing. Each event is validated against the SparkTide \
+seed (`sparktide_AgentEvent`: a closed envelope of eight fields, one of the 19 event \
+names, that event's `data`). `conversationId` names the run feed's thread and `runId` \
+the run (`run/<conversationId>/<runId>`), so both must match `{RUN_PART_PATTERN}`. Each \
+event becomes one or more AG-UI events on the run feed, which then reads like any run \
+(`GET {RUN_UI}`, the attach route, WebSocket); every derived event carries the original \
+in `rawEvent`. A run carries one message: its first event opens the AG-UI run, \
+`message.completed` (or an `error` that is not retryable) ends it.
+
+**The sequence rule.** A message's events are numbered 1, 2, 3, ... (`sequence`): the \
+next one is appended; one the run holds, with the same body (RFC 8785), is a safe retry \
+answered with its first cursor; one the run holds with another body is 409 \
+idempotency_key_reused; a gap, or a sequence the run no longer holds, is 400 \
+invalid_request. An event repeated within the body is a retry of its first occurrence.
+
+The answer holds **one cursor per SparkTide event**, in order: the cursor of the last \
+AG-UI event derived from it, so resuming after it resumes after that whole event. A \
+derived RUN_FINISHED or RUN_ERROR starts the run's grace period (the feed is deleted \
+GATEWAY_RUN_FINISHED_TTL_SECONDS later). Needs the `publish` scope (403 forbidden \
+without it); a `conversationId` outside the token's `threads` claim is 404 not_found. \
+The body limit is `GATEWAY_MAX_BODY_BYTES` (413 too_large beyond it); the events count \
+against the tenant's publish rate (429 rate_limited with `Retry-After`). The Redis inbox \
+`<prefix>:inbox:sparktide` and the Python producer apply the same rules."""
+
+A2UI_POST_DESCRIPTION = f"""\
+Append A2UI v0.9 server-to-client messages to a run feed as AG-UI activities (contract \
+D4.9, `docs/dialects/a2ui.md`; the seed has no such route).
+
+The body is one A2UI message or a non-empty JSON array of at most {MAX_BATCH_ITEMS}, \
+appended all or nothing. Each message is validated against the A2UI seed \
+(`a2ui_Message`: exactly one of createSurface, updateComponents, updateDataModel, \
+deleteSurface; components need a string `id` and `component`, the rest of a component \
+belongs to its catalogue), plus the seed's prose rule: `updateDataModel` has a `value` \
+for `add` and `replace` (the default) and none for `remove`. Then the surface registry, \
+in order, against the surfaces live in the run: `createSurface` before any update or \
+delete of a surface, and no `createSurface` of a live surface. The run must have \
+started (its feed holds RUN_STARTED) and not ended.
+
+Each surface is one AG-UI activity (`activityType: "a2ui-surface"`, `messageId: \
+"a2ui-surface-<surfaceId>"`, the messages in `content.a2ui_operations`): createSurface \
+is an ACTIVITY_SNAPSHOT, every other message an ACTIVITY_DELTA appending to the list; a \
+message that would make a list longer than 64 is carried by a snapshot of the surface \
+compacted. AG-UI clients read them with the run (`GET {RUN_UI}`); a late joiner's \
+MESSAGES_SNAPSHOT carries each live surface compacted. WebSocket clients that render \
+A2UI subscribe with `"format": "a2ui"` and get the messages as published.
+
+**Idempotent retries.** A2UI messages have no id: send an `Idempotency-Key` header. A \
+request whose key the feed still retains, with the same messages, answers the cursors it \
+got the first time; with other messages (or another number of them) it is 409 \
+idempotency_key_reused.
+
+The answer holds one cursor per message, in order. Needs the `publish` scope (403 \
+forbidden without it); a thread outside the token's `threads` claim and a malformed \
+thread or run id are 404 not_found. The body limit is `GATEWAY_MAX_BODY_BYTES` (413 \
+too_large beyond it); the messages count against the tenant's publish rate (429 \
+rate_limited with `Retry-After`). The Redis inbox `<prefix>:inbox:a2ui` and the Python \
+producer apply the same rules."""
+
+
+def _seed_component_refs(node: Any, prefix: str) -> Any:
+    """A dialect seed's schema with ``#/$defs/X`` pointing at the component ``<prefix>X``
+    and the A2UI catalogue reference at ``a2ui_AnyComponent``."""
+    if isinstance(node, dict):
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            if key == "$ref" and isinstance(value, str):
+                if value == A2UI_CATALOG_REF:
+                    out[key] = SCHEMA_PREFIX + "a2ui_AnyComponent"
+                elif value.startswith("#/$defs/"):
+                    out[key] = SCHEMA_PREFIX + prefix + value[len("#/$defs/") :]
+                else:
+                    raise ValueError(f"cannot copy the reference {value!r}")
+            else:
+                out[key] = _seed_component_refs(value, prefix)
+        return out
+    if isinstance(node, list):
+        return [_seed_component_refs(value, prefix) for value in node]
+    return node
+
+
+def _if_then_as_one_of(document: dict[str, Any]) -> dict[str, Any]:
+    """The SparkTide seed with its ``allOf`` of ``if event == N then data ...`` written as
+    the equivalent ``oneOf`` of one branch per event name (``event`` is one of the names,
+    so exactly one branch applies): common OpenAPI tools do not read ``if``/``then``."""
+    branches = []
+    for branch in document["allOf"]:
+        if set(branch) != {"if", "then"} or set(branch["then"]) != {"properties"}:
+            raise ValueError("the SparkTide seed's allOf is no longer if/then per event")
+        name = branch["if"]["properties"]["event"]["const"]
+        data = branch["then"]["properties"]["data"]
+        branches.append({"properties": {"event": {"const": name}, "data": data}})
+    out = {key: value for key, value in document.items() if key != "allOf"}
+    out["oneOf"] = branches
+    out["description"] = (
+        "The SparkTide AgentEvent 1.0 seed, with its allOf of if/then per event name "
+        "written as the equivalent oneOf of one branch per event name."
+    )
+    return out
+
+
+def _seed_components(path: Path, prefix: str, root: str) -> dict[str, Any]:
+    """A dialect seed as components: its root schema as ``<prefix><root>`` and each of
+    its ``$defs`` as ``<prefix><name>`` (``$schema`` and ``$id`` dropped: the document's
+    dialect is the seed's, and an ``$id`` would move the references' base)."""
+    with open(path, encoding="utf-8") as f:
+        document: dict[str, Any] = json.load(f)
+    defs = document.pop("$defs", {})
+    document.pop("$schema", None)
+    seed_id = document.pop("$id", None)
+    if seed_id is not None:
+        document["x-seed-id"] = seed_id
+    if "allOf" in document:
+        document = _if_then_as_one_of(document)
+    out = {prefix + root: _seed_component_refs(document, prefix)}
+    for name, schema in defs.items():
+        out[prefix + name] = _seed_component_refs(schema, prefix)
+    return out
+
+
+def _one_or_array(item: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        item,
+        {"type": "array", "minItems": 1, "maxItems": MAX_BATCH_ITEMS, "items": item},
+    ]
+
+
+def dialect_schemas() -> dict[str, Any]:
+    """The SparkTide and A2UI seed schemas and the publish bodies built on them."""
+    schemas: dict[str, Any] = {}
+    schemas.update(_seed_components(SPARKTIDE_SEED, "sparktide_", "AgentEvent"))
+    schemas.update(_seed_components(A2UI_SEED, "a2ui_", "Message"))
+    schemas["a2ui_AnyComponent"] = {
+        "description": (
+            "Stands for the A2UI seed's external `standard_catalog_definition.json#/$defs/"
+            "anyComponent` (the catalogue, which the seed does not include): what every "
+            "component has. The rest of a component belongs to its catalogue and passes "
+            "through."
+        ),
+        "type": "object",
+        "properties": {"id": {"type": "string"}, "component": {"type": "string"}},
+        "required": ["id", "component"],
+    }
+    ids = {"type": "string", "pattern": RUN_PART_PATTERN}
+    schemas["SparkTidePublishEvent"] = {
+        "description": (
+            "A SparkTide event as POST /v1/sparktide/events takes it: the seed's "
+            "AgentEvent, whose conversationId and runId name a run feed."
+        ),
+        "allOf": [
+            ref("sparktide_AgentEvent"),
+            {"properties": {"conversationId": ids, "runId": ids}},
+        ],
+    }
+    schemas["SparkTidePublishBody"] = {
+        "description": (
+            "The body of POST /v1/sparktide/events: one SparkTide event or a non-empty "
+            f"array of at most {MAX_BATCH_ITEMS} of one run, appended all or nothing."
+        ),
+        "oneOf": _one_or_array(ref("SparkTidePublishEvent")),
+    }
+    schemas["A2uiPublishBody"] = {
+        "description": (
+            "The body of POST /v1/threads/{thread_id}/runs/{run_id}/a2ui: one A2UI message "
+            f"or a non-empty array of at most {MAX_BATCH_ITEMS}, appended all or nothing."
+        ),
+        "oneOf": _one_or_array(ref("a2ui_Message")),
+    }
+    return schemas
+
+
+def _dialect_post(
+    known: set[str],
+    op_id: str,
+    summary: str,
+    description: str,
+    parameters: list[dict[str, Any]],
+    body: str,
+    body_text: str,
+    ok: str,
+    bad_request: str,
+    reused: str,
+    retry: str,
+    not_found: str,
+) -> dict[str, Any]:
+    return {
+        "tags": ["run feeds"],
+        "summary": summary,
+        "description": description,
+        "operationId": op_id,
+        "x-error-codes": PUBLISH_CODES,
+        "parameters": parameters,
+        "requestBody": {
+            "required": True,
+            "description": body_text + " Content-Type must be application/json.",
+            "content": json_content(ref(body)),
+        },
+        "responses": {
+            "200": {"description": ok, "content": json_content(ref("PublishResponse"))},
+            **publish_errors(known, bad_request, reused, retry, not_found=not_found),
+        },
+    }
+
+
+def sparktide_post(known: set[str]) -> dict[str, Any]:
+    return _dialect_post(
+        known,
+        "publishSparkTide",
+        "Publish SparkTide events to a run feed",
+        SPARKTIDE_POST_DESCRIPTION,
+        [],
+        "SparkTidePublishBody",
+        f"One SparkTide AgentEvent 1.0, or a non-empty array of at most {MAX_BATCH_ITEMS} "
+        "of one run.",
+        "Appended (or, for retried events, already there): one cursor per SparkTide event, "
+        "in the order of the body, that of the last AG-UI event derived from it.",
+        "invalid_request: the body is not JSON, not an event or array of events, an empty "
+        "array, an event that fails the seed's schema, a conversationId or runId that does "
+        f"not match {RUN_PART_PATTERN}, events of two runs, a gap in the sequence or a "
+        "sequence the run no longer holds, another message than the run's, an event after "
+        "the run ended, or a run whose feed SparkTide did not start. The message names the "
+        "item and field. Nothing of the body was appended.",
+        "idempotency_key_reused: the run holds another event at one of the body's "
+        "sequences. Nothing of the body was appended.",
+        "retrying is safe (an event the run holds with the same body is not appended again).",
+        "not_found: the conversationId names a thread outside the token's threads claim. "
+        "Nothing was appended.",
+    )
+
+
+def a2ui_post(known: set[str]) -> dict[str, Any]:
+    key = {
+        "name": "Idempotency-Key",
+        "in": "header",
+        "required": False,
+        "description": (
+            "Makes a retry safe: while the feed retains the events a request with this key "
+            "appended, the same key with the same messages answers their cursors again "
+            "(nothing is appended) and with other messages is 409 idempotency_key_reused. "
+            f"1 to {MAX_IDEMPOTENCY_KEY} characters (400 otherwise)."
+        ),
+        "schema": {"type": "string", "minLength": 1, "maxLength": MAX_IDEMPOTENCY_KEY},
+    }
+    return _dialect_post(
+        known,
+        "publishA2ui",
+        "Publish A2UI messages to a run",
+        A2UI_POST_DESCRIPTION,
+        [
+            *run_params(
+                "The run's thread: any id matching the pattern.",
+                "The run, which must have started (RUN_STARTED) and not ended.",
+            ),
+            key,
+        ],
+        "A2uiPublishBody",
+        f"One A2UI v0.9 message, or a non-empty array of at most {MAX_BATCH_ITEMS}.",
+        "Appended (or, for a retried Idempotency-Key with the same messages, already "
+        "there): one cursor per message, in the order of the body.",
+        "invalid_request: the body is not JSON, not a message or array of messages, an "
+        "empty array, a message that fails the seed's schema or its rule on `value`, an "
+        "update or delete of a surface that is not live, a createSurface of one that is, "
+        "a run that has not started or has ended, or an Idempotency-Key that is empty or "
+        f"longer than {MAX_IDEMPOTENCY_KEY} characters. The message names the item and "
+        "field. Nothing of the body was appended.",
+        "idempotency_key_reused: the Idempotency-Key is one the feed still retains, sent "
+        "with different messages. Nothing of the body was appended.",
+        "retrying with the same Idempotency-Key is safe.",
+        RUN_PUBLISH_NOT_FOUND,
+    )
 
 
 # -- the document -------------------------------------------------------------------------
@@ -1445,6 +1732,8 @@ def build(seed: dict[str, Any] | None = None) -> dict[str, Any]:
             RUN_EVENTS: {"get": subscribe_run(seed, known), "post": publish_run_events(known)},
             AGENT_UI: {"post": attach(seed, known)},
             FEEDS: {"get": list_feeds(known)},
+            SPARKTIDE_EVENTS: {"post": sparktide_post(known)},
+            RUN_A2UI: {"post": a2ui_post(known)},
             **operational_paths(),
         },
         "components": {

@@ -281,8 +281,8 @@ def test_every_error_response_accepts_exactly_its_codes(
         seen += 1
     # Team GET: 400 401 404 429 4XX 500 503; team POST: ten; run feed GET: six;
     # run feed POST: ten; subscribeRun: seven; publishRunEvents: ten; attach: eight;
-    # listFeeds: five.
-    assert seen == 7 + 10 + 6 + 10 + 7 + 10 + 8 + 5
+    # listFeeds: five; publishSparkTide, publishA2ui: ten each.
+    assert seen == 7 + 10 + 6 + 10 + 7 + 10 + 8 + 5 + 10 + 10
 
 
 def test_gateway_error_codes_are_the_additions(doc: dict[str, Any], seed: dict[str, Any]) -> None:
@@ -302,6 +302,8 @@ ROUTES = {
     RUN_EVENTS: {"get", "post"},
     AGENT_UI: {"post"},
     FEEDS: {"get"},
+    "/v1/sparktide/events": {"post"},
+    "/v1/threads/{thread_id}/runs/{run_id}/a2ui": {"post"},
     "/healthz": {"get"},
     "/readyz": {"get"},
     "/metrics": {"get"},
@@ -349,7 +351,7 @@ def test_every_route_is_documented(doc: dict[str, Any]) -> None:
 
 def test_operation_ids_are_unique(doc: dict[str, Any], seed: dict[str, Any]) -> None:
     ids = [op["operationId"] for item in doc["paths"].values() for op in item.values()]
-    assert len(ids) == len(set(ids)) == 12
+    assert len(ids) == len(set(ids)) == 14
     ours = {
         (path, method): op["operationId"]
         for path, item in doc["paths"].items()
@@ -360,6 +362,8 @@ def test_operation_ids_are_unique(doc: dict[str, Any], seed: dict[str, Any]) -> 
     assert ours[(AGENT_UI, "post")] == "attachAgUiRun"
     assert ours[(RUN_EVENTS, "get")] == "subscribeRun"
     assert ours[(RUN_EVENTS, "post")] == "publishRunEvents"
+    assert ours[("/v1/sparktide/events", "post")] == "publishSparkTide"
+    assert ours[("/v1/threads/{thread_id}/runs/{run_id}/a2ui", "post")] == "publishA2ui"
     # Only the operations that are the seed's carry a seed operation id.
     seed_ids = {
         op["operationId"]: (path, method)
@@ -734,3 +738,82 @@ def test_the_feed_listing_says_what_the_route_does(doc: dict[str, Any]) -> None:
     assert pattern.match("run/t.1/r-1")
     assert not pattern.match("run/t1/r1/events")  # run streams are not listed
     assert not pattern.match("team/0190F5A2-7C1E-7B3D-8A4F-000000000001")
+
+
+# -- other dialects in (D4.8, D4.9) -----------------------------------------------------
+
+
+def _unref(node: Any, prefix: str) -> Any:
+    """A dialect component with its references pointing back into the seed."""
+    if isinstance(node, dict):
+        out = {}
+        for key, value in node.items():
+            if key == "$ref" and value == f"{gen.SCHEMA_PREFIX}a2ui_AnyComponent":
+                out[key] = gen.A2UI_CATALOG_REF
+            elif key == "$ref":
+                out[key] = "#/$defs/" + value.removeprefix(gen.SCHEMA_PREFIX + prefix)
+            else:
+                out[key] = _unref(value, prefix)
+        return out
+    if isinstance(node, list):
+        return [_unref(value, prefix) for value in node]
+    return node
+
+
+@pytest.mark.parametrize(
+    ("path", "prefix", "root"),
+    [(gen.SPARKTIDE_SEED, "sparktide_", "AgentEvent"), (gen.A2UI_SEED, "a2ui_", "Message")],
+)
+def test_dialect_seed_schemas_are_copied_verbatim(
+    doc: dict[str, Any], path: Path, prefix: str, root: str
+) -> None:
+    seed = json.loads(path.read_text(encoding="utf-8"))
+    schemas = doc["components"]["schemas"]
+    copied = _unref(dict(schemas[prefix + root]), prefix)
+    assert copied.pop("x-seed-id", None) == seed.get("$id")
+    if "oneOf" in copied and "allOf" in seed:
+        # SparkTide's if/then per event name, written as a oneOf: the same branches.
+        del copied["description"]
+        copied["allOf"] = [
+            {
+                "if": {"properties": {"event": {"const": b["properties"]["event"]["const"]}}},
+                "then": {"properties": {"data": b["properties"]["data"]}},
+            }
+            for b in copied.pop("oneOf")
+        ]
+    defs = seed.pop("$defs")
+    seed.pop("$schema")
+    seed.pop("$id", None)
+    assert copied == seed
+    for name, schema in defs.items():
+        assert _unref(schemas[prefix + name], prefix) == schema, name
+
+
+def test_sparktide_publish_body(registry: Registry[Any]) -> None:
+    from tests.dialects.sparktide_runs import EVERYTHING, VALID, event
+
+    body = component(registry, "SparkTidePublishBody")
+    for name in VALID:
+        assert body.is_valid(event(name, 1)), name
+    assert body.is_valid(EVERYTHING)
+    assert not body.is_valid([])
+    assert not body.is_valid([EVERYTHING[0]] * (MAX_BATCH_ITEMS + 1))
+    assert not body.is_valid({**EVERYTHING[0], "timestamp": 1})
+    assert not body.is_valid({**EVERYTHING[0], "conversationId": "a b"})
+    assert not body.is_valid({**EVERYTHING[0], "event": "message.deleted"})
+    assert not body.is_valid(event("text.delta", 1, {"delta": "not text"}))
+    assert not body.is_valid({**EVERYTHING[0], "sequence": 0})
+
+
+def test_a2ui_publish_body(registry: Registry[Any]) -> None:
+    from tests.dialects.a2ui_runs import ALL_STREAMS, create, delete
+
+    body = component(registry, "A2uiPublishBody")
+    for name, messages in ALL_STREAMS.items():
+        assert body.is_valid(messages), name
+        assert all(body.is_valid(m) for m in messages), name
+    assert not body.is_valid([])
+    assert not body.is_valid({**create("s"), **delete("s")})
+    assert not body.is_valid({**create("s"), "version": "v0.9"})
+    assert not body.is_valid({"createSurface": {"surfaceId": "s"}})
+    assert not body.is_valid({"updateComponents": {"surfaceId": "s", "components": [{}]}})

@@ -24,8 +24,8 @@ mapping table ``docs/dialects/a2ui.md``.
 - :func:`compact_activity` is the prelude hook (``RunFold.prelude(compactors=...)``): a
   late joiner's ``MESSAGES_SNAPSHOT`` carries each live surface compacted
   (:func:`gateway.dialects.a2ui_surface.compact`) and no deleted surface.
-- :func:`messages_of` and :func:`late_joiner_messages` serve clients that render A2UI
-  directly (the WebSocket ``a2ui`` format).
+- :func:`messages_of`, :func:`late_joiner_messages` and :func:`rejoin_messages` serve
+  clients that render A2UI directly (the WebSocket ``a2ui`` format).
 """
 
 from __future__ import annotations
@@ -324,6 +324,24 @@ def late_joiner_messages(fold: RunFold) -> list[Message]:
     out: list[Message] = []
     for activity in _surface_activities(fold):
         out += compact(_activity_operations(activity))
+    return out
+
+
+def rejoin_messages(fold: RunFold) -> list[Message]:
+    """The WebSocket ``a2ui`` format's prelude: :func:`late_joiner_messages`, each
+    surface's ``createSurface`` preceded by its ``deleteSurface``.
+
+    A renderer that does not hold the surface ignores the delete (``@a2ui/web_core``
+    does); one that resumes after a cursor drops the surface it holds and rebuilds it,
+    where a second ``createSurface`` alone would be refused.  Either way it ends with
+    the surfaces live at the cursor.
+    """
+    out: list[Message] = []
+    for message in late_joiner_messages(fold):
+        created = message.get("createSurface")
+        if isinstance(created, dict):
+            out.append({"deleteSurface": {"surfaceId": created["surfaceId"]}})
+        out.append(message)
     return out
 
 

@@ -112,7 +112,7 @@ class Driver:
                     await self._stateful_join(sub, after_piece)
             elif needs_prelude(fmt, sub):
                 assert fmt.prelude is not None
-                events, ended = await self.folds.prelude(sub.feed, sub.position)
+                events, ended = await self.folds.prelude(sub.feed, sub.position, fmt.prelude_kind)
                 self.prelude = fmt.prelude(sub.feed, sub.position, events)
                 if ended and fmt.ends is not None:
                     # Joined after the run's end: the prelude closes with the terminal

@@ -22,13 +22,17 @@ import bisect
 import contextlib
 from collections import OrderedDict
 
+import msgspec
+
 from gateway.agui.events import decode, encode
 from gateway.agui.fold import RunFold
 from gateway.cursor import Cursor
+from gateway.dialects import a2ui
 from gateway.errors import GatewayError
 from gateway.fanout.flight import SingleFlight
 from gateway.feed import FeedKey, FeedState
 from gateway.store.base import FeedStore, FoldStore
+from gateway.wire.format import A2UI_PRELUDE, AGUI_PRELUDE
 
 MAX_CHECKPOINTS = 64
 #: Run feeds trim in whole blocks of this many items, and keep the fold at each block
@@ -102,7 +106,7 @@ class FoldCache:
         self._flight: SingleFlight[RunFold] = SingleFlight()
         self._prelude_flight: SingleFlight[Prelude] = SingleFlight()
         #: Encoded preludes recently served, by feed and cursor (LRU, bounded in bytes).
-        self._preludes: OrderedDict[tuple[FeedKey, Cursor], Prelude] = OrderedDict()
+        self._preludes: OrderedDict[tuple[FeedKey, Cursor, str], Prelude] = OrderedDict()
         self._prelude_bytes = 0
         #: Items folded from the store (for tests and the benchmark).
         self.items_folded = 0
@@ -119,23 +123,34 @@ class FoldCache:
         """
         return await self._flight.do((feed, cursor), lambda: self._compute(feed, cursor))
 
-    async def prelude(self, feed: FeedKey, cursor: Cursor) -> Prelude:
-        """The D7 prelude at ``cursor``, each event as compact JSON, and whether the
-        run had ended there.  Shared by every join at the same cursor (encoded once)."""
-        key = (feed, cursor)
+    async def prelude(self, feed: FeedKey, cursor: Cursor, kind: str = AGUI_PRELUDE) -> Prelude:
+        """The prelude at ``cursor``, each event as compact JSON, and whether the run had
+        ended there.  Shared by every join at the same cursor (encoded once).
+
+        ``kind`` (``Format.prelude_kind``): :data:`AGUI_PRELUDE`, the D7 prelude, whose
+        ``MESSAGES_SNAPSHOT`` carries A2UI surfaces compacted
+        (:data:`gateway.dialects.a2ui.PRELUDE_COMPACTORS`); :data:`A2UI_PRELUDE`, the A2UI
+        messages that rebuild the live surfaces (:func:`gateway.dialects.a2ui.rejoin_messages`).
+        """
+        key = (feed, cursor, kind)
         cached = self._preludes.get(key)
         if cached is not None:
             self._preludes.move_to_end(key)
             return cached
-        return await self._prelude_flight.do(key, lambda: self._encode_prelude(feed, cursor))
+        return await self._prelude_flight.do(key, lambda: self._encode_prelude(feed, cursor, kind))
 
-    async def _encode_prelude(self, feed: FeedKey, cursor: Cursor) -> Prelude:
+    async def _encode_prelude(self, feed: FeedKey, cursor: Cursor, kind: str) -> Prelude:
         thread_id, run_id = feed.id.split("/", 1)
         fold = await self.at(feed, cursor)
-        prelude = ([encode(e) for e in fold.prelude(thread_id, run_id)], fold.terminal is not None)
+        if kind == A2UI_PRELUDE:
+            events = [msgspec.json.encode(m) for m in a2ui.rejoin_messages(fold)]
+        else:
+            compactors = a2ui.PRELUDE_COMPACTORS
+            events = [encode(e) for e in fold.prelude(thread_id, run_id, compactors=compactors)]
+        prelude = (events, fold.terminal is not None)
         size = sum(len(e) for e in prelude[0])
         if size <= self.max_bytes // 4:
-            self._preludes[(feed, cursor)] = prelude
+            self._preludes[(feed, cursor, kind)] = prelude
             self._prelude_bytes += size
             while self._prelude_bytes > self.max_bytes // 4 or len(self._preludes) > 64:
                 _, (old, _) = self._preludes.popitem(last=False)

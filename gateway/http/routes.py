@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.http import console, feeds, ops, runs, teams, websocket
+from gateway.http import console, dialects, feeds, ops, runs, teams, websocket
 from gateway.http.router import Route
 
 FOLLOW_OR_PUBLISH = "use GET to follow or POST to publish"
@@ -43,6 +43,18 @@ ROUTES: tuple[Route, ...] = (
         "/v1/ws",
         {"GET": websocket.upgrade},
         "the WebSocket route takes GET upgrades only",
+    ),
+    Route(
+        "sparktide_events",
+        "/v1/sparktide/events",
+        {"POST": dialects.publish_sparktide},
+        "use POST to publish SparkTide events",
+    ),
+    Route(
+        "run_a2ui",
+        "/v1/threads/{thread_id}/runs/{run_id}/a2ui",
+        {"POST": dialects.publish_a2ui},
+        "use POST to publish A2UI messages",
     ),
     Route("healthz", "/healthz", {"GET": ops.healthz}, ONLY_GET, public=True),
     Route("readyz", "/readyz", {"GET": ops.readyz}, ONLY_GET, public=True),

@@ -45,35 +45,19 @@ from gateway.fanout.driver import Driver, EndReason
 from gateway.fanout.outbox import Outbox
 from gateway.fanout.policy import Overflows
 from gateway.fanout.subscription import Subscription
-from gateway.feed import FeedKey, FeedKind
+from gateway.feed import FeedKey
 from gateway.http.server import Request, Responder, Stream, connection_id
 from gateway.http.services import Services
 from gateway.wire import ws
 from gateway.wire.aisdk import AI_SDK_WS
 from gateway.wire.format import Format
-from gateway.wire.formats import RUN_WS, TEAM_WS
+from gateway.wire.registry import ws_format
 
 log = structlog.get_logger("gateway.ws")
 
 #: How long a closing socket waits for the client's close frame.
 CLOSE_TIMEOUT = 2.0
 TRANSPORT = "ws"
-
-
-#: The formats a run feed can be followed in (the ``format`` of a subscribe message).
-RUN_FORMATS: dict[str, Format] = {"ag-ui": RUN_WS, "ai-sdk": AI_SDK_WS}
-
-
-def wire_format(feed: FeedKey, name: str | None) -> Format:
-    """The format a subscription asked for; InvalidRequest for one the feed has not."""
-    if feed.kind is FeedKind.TEAM:
-        if name is None:
-            return TEAM_WS
-        raise InvalidRequest("format: team feeds have no other format")
-    fmt = RUN_FORMATS.get("ag-ui" if name is None else name)
-    if fmt is None:
-        raise InvalidRequest("format: must be one of " + ", ".join(sorted(RUN_FORMATS)))
-    return fmt
 
 
 def subscribe_cursor(fmt: Format, after: str | None) -> tuple[Cursor | None, int | None]:
@@ -253,7 +237,7 @@ class Session:
         name = message.feed
         try:
             key = access.feed_named(self.principal, name)
-            fmt = wire_format(key, message.format)
+            fmt = ws_format(key.kind, message.format)
             cursor, piece = subscribe_cursor(fmt, message.after)
         except GatewayError as exc:
             # An error about a feed ends that feed's subscription, and only that one.

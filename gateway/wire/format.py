@@ -17,6 +17,11 @@ from gateway.feed import FeedKey, StoredItem
 #: Encodes the prelude events (compact JSON each) for a join at a cursor.
 PreludeEncoder = Callable[[FeedKey, Cursor, Sequence[bytes]], bytes]
 
+#: What a prelude is made of (``Format.prelude_kind``; the fold cache computes each):
+#: the D7 AG-UI prelude events, or the A2UI messages that rebuild a run's live surfaces.
+AGUI_PRELUDE = "ag-ui"
+A2UI_PRELUDE = "a2ui"
+
 
 class Encoder(Protocol):
     """A stateful format's encoding of one run feed from some position on.
@@ -59,9 +64,11 @@ class Format:
     ``transient``, if given, encodes the feed's transient messages for live followers.
     ``prelude``, if given, encodes what a client joining past the feed's first item
     gets before the items (a run's AG-UI prelude, docs/contract.md D7); formats without
-    it start with the items after the cursor.  ``encoder``, if given, makes the format
-    stateful (its frames depend on the run so far, docs/contract.md D10): items are
-    framed by an :class:`Encoder` built from the run's fold, not by ``frame``.
+    it start with the items after the cursor.  ``prelude_kind`` says which events the
+    prelude encoder gets: :data:`AGUI_PRELUDE` or :data:`A2UI_PRELUDE` (A2UI messages).
+    ``encoder``, if given, makes the format stateful (its frames depend on the run so
+    far, docs/contract.md D10): items are framed by an :class:`Encoder` built from the
+    run's fold, not by ``frame``.
     """
 
     __slots__ = (
@@ -70,6 +77,7 @@ class Format:
         "frame",
         "name",
         "prelude",
+        "prelude_kind",
         "restart",
         "transient",
         "transport",
@@ -86,6 +94,7 @@ class Format:
         transient: Callable[[FeedKey, bytes], bytes] | None = None,
         prelude: PreludeEncoder | None = None,
         encoder: EncoderFactory | None = None,
+        prelude_kind: str = AGUI_PRELUDE,
     ) -> None:
         self.name = name
         self.frame = frame
@@ -96,6 +105,7 @@ class Format:
         self.transient = transient
         self.prelude = prelude
         self.encoder = encoder
+        self.prelude_kind = prelude_kind
 
     def __repr__(self) -> str:
         return f"Format({self.name!r})"

@@ -8,10 +8,11 @@ import msgspec
 
 from gateway.agui.events import TERMINAL
 from gateway.cursor import Cursor
+from gateway.dialects import a2ui
 from gateway.feed import FeedKey, StoredItem
 from gateway.runstream import stored_kind, stored_seq
 from gateway.wire import sse, ws
-from gateway.wire.format import Format
+from gateway.wire.format import A2UI_PRELUDE, Format
 from gateway.wire.teamitem import epoch_restarted_item, team_item
 
 
@@ -136,4 +137,42 @@ RUN_STREAM_SSE = Format(
     transport="sse",
     ends=_stream_ends,
     transient=_stream_transient,
+)
+
+
+# -- A2UI as-is over WebSocket (docs/dialects/a2ui.md) -------------------------------------
+
+#: Every item that carries A2UI holds this (its ``activityType``); others skip decoding.
+_A2UI_MARK = b'"' + a2ui.ACTIVITY_TYPE.encode() + b'"'
+_message_encoder = msgspec.json.Encoder()
+
+
+def _run_a2ui_ws_frame(feed: FeedKey, item: StoredItem) -> bytes:
+    # One event frame per A2UI message the item carries, each with the item's cursor;
+    # nothing for an item that carries none.
+    if _A2UI_MARK not in item.data:
+        return b""
+    try:
+        event = msgspec.json.decode(item.data)
+    except msgspec.DecodeError:
+        return b""
+    if not isinstance(event, dict):
+        return b""
+    name, cursor = feed.public_name, item.cursor
+    return b"".join(
+        ws.frame(ws.event_payload(name, cursor, _message_encoder.encode(message)))
+        for message in a2ui.messages_of(event)
+    )
+
+
+#: A run feed's A2UI messages as ``gateway.v1`` event frames (the subscribe option
+#: ``"format": "a2ui"``): the prelude rebuilds the surfaces live at the cursor
+#: (:func:`gateway.dialects.a2ui.rejoin_messages`), then each item's messages.
+RUN_A2UI_WS = Format(
+    "run-a2ui-ws",
+    _run_a2ui_ws_frame,
+    _ws_restart,
+    transport="ws",
+    prelude=_run_ws_prelude,
+    prelude_kind=A2UI_PRELUDE,
 )

@@ -23,7 +23,7 @@ MAX_FEED_NAME = 300
 class Subscribe(msgspec.Struct, frozen=True):
     feed: str
     after: str | None = None
-    #: The wire format of a run feed's events (``ag-ui``, the default, or ``ai-sdk``).
+    #: The wire format of the feed's events (docs/protocol.md); None: the feed's default.
     format: str | None = None
 
 

@@ -344,6 +344,23 @@ def test_the_prelude_carries_live_surfaces_compacted_and_no_deleted_one() -> Non
     assert a2ui.late_joiner_messages(fold) == [create("kept"), data("kept", "/", {"a": 2})]
 
 
+def test_the_websocket_prelude_deletes_each_live_surface_before_rebuilding_it() -> None:
+    fold = _fold([create("a"), data("a", "/x", 1), create("b"), create("c"), delete("c")])
+    assert a2ui.rejoin_messages(fold) == [
+        delete("a"),
+        create("a"),
+        data("a", "/", {"x": 1}),
+        delete("b"),
+        create("b"),
+    ]
+    assert a2ui.rejoin_messages(_fold([])) == []
+    # Applied on top of the surfaces live at that point, or to nothing, it leaves them.
+    for held in ([], [create("a"), data("a", "/x", 1), create("b")]):
+        assert a2ui.view(held + a2ui.rejoin_messages(fold)) == a2ui.view(
+            [create("a"), data("a", "/x", 1), create("b")]
+        )
+
+
 def test_compacting_an_activity_keeps_its_other_content() -> None:
     activity = {
         "id": "a2ui-surface-s",

@@ -96,6 +96,14 @@ stream_publishing = schemathesis.openapi.from_path(str(DOCUMENT)).include(
 stream_publishing.config.phases.coverage.enabled = False
 #: GET /v1/feeds (three query parameters: every phase is cheap).
 listing = schemathesis.openapi.from_path(str(DOCUMENT)).include(operation_id="listFeeds")
+#: POST /v1/sparktide/events and POST .../a2ui: fuzzing only (their coverage cases would
+#: mostly repeat the seed schemas' boundary cases at a few seconds each).
+sparktide_publishing = schemathesis.openapi.from_path(str(DOCUMENT)).include(
+    operation_id="publishSparkTide"
+)
+sparktide_publishing.config.phases.coverage.enabled = False
+a2ui_publishing = schemathesis.openapi.from_path(str(DOCUMENT)).include(operation_id="publishA2ui")
+a2ui_publishing.config.phases.coverage.enabled = False
 #: /healthz, /readyz, /metrics, /openapi.json (no parameters: every phase is cheap).
 plain = schemathesis.openapi.from_path(str(DOCUMENT)).exclude(path_regex="^/v1/")
 
@@ -208,6 +216,56 @@ def test_listing_conforms(case: schemathesis.Case, node_url: str) -> None:
     case.call_and_validate(base_url=node_url, headers=auth(TENANT), checks=CHECKS, timeout=10)
 
 
+def consistent_dialect(case: schemathesis.Case, node_url: str) -> None:
+    """Make a positive dialect publish case pass what the schema cannot say.
+
+    SparkTide: the events of a body name one fresh run and one message, numbered from 1.
+    A2UI: a fresh run that has started, and one surface, created first (later messages
+    may still break the registry rule: a 400 the document lists).
+    """
+    if case.meta is None or case.meta.generation.mode is not GenerationMode.POSITIVE:
+        return
+    items: list[Any] = case.body if isinstance(case.body, list) else [case.body]
+    run_id = str(uuid.uuid4())
+    if case.operation.path == "/v1/sparktide/events":
+        for sequence, event in enumerate(items, start=1):
+            event.update(conversationId="c", runId=run_id, messageId="m", sequence=sequence)
+        return
+    params = case.path_parameters
+    assert params is not None
+    params["thread_id"], params["run_id"] = "t", run_id
+    started = {"type": "RUN_STARTED", "threadId": "t", "runId": run_id}
+    r = httpx.post(
+        f"{node_url}/v1/threads/t/runs/{run_id}/ui/ag-ui",
+        json=started,
+        headers=auth(TENANT),
+        timeout=10,
+    )
+    assert r.status_code == 200, r.text
+    for message in items:
+        next(iter(message.values()))["surfaceId"] = "s"
+    if "createSurface" not in items[0]:
+        create = {"createSurface": {"surfaceId": "s", "catalogId": "c"}}
+        if isinstance(case.body, list):
+            case.body.insert(0, create)
+        else:
+            case.body = [create, case.body]
+
+
+@sparktide_publishing.parametrize()
+@SETTINGS
+def test_sparktide_publishing_conforms(case: schemathesis.Case, node_url: str) -> None:
+    consistent_dialect(case, node_url)
+    case.call_and_validate(base_url=node_url, headers=auth(TENANT), checks=CHECKS, timeout=10)
+
+
+@a2ui_publishing.parametrize()
+@SETTINGS
+def test_a2ui_publishing_conforms(case: schemathesis.Case, node_url: str) -> None:
+    consistent_dialect(case, node_url)
+    case.call_and_validate(base_url=node_url, headers=auth(TENANT), checks=CHECKS, timeout=10)
+
+
 @plain.parametrize()
 @SETTINGS
 def test_plain_routes_conform(case: schemathesis.Case, node_url: str) -> None:
@@ -264,6 +322,8 @@ def test_every_documented_operation_is_served(node_url: str) -> None:
         ("/v1/threads/t1/runs/r1/ui/ag-ui", "GET, POST"),
         ("/v1/threads/t1/runs/r1/events", "GET, POST"),
         ("/v1/ui/ag-ui/agent", "POST"),
+        ("/v1/sparktide/events", "POST"),
+        ("/v1/threads/t1/runs/r1/a2ui", "POST"),
     ],
 )
 def test_an_undeclared_method_is_405_with_allow(node_url: str, path: str, allow: str) -> None:

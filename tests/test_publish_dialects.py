@@ -1,0 +1,195 @@
+"""``gateway.publish_dialects`` on the embedded store, without sockets: the per-run locks,
+the SparkTide state rebuilt from a run feed, and what happens when another writer gets
+between a plan and its append."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import anyio
+import pytest
+
+from gateway.agui.events import encode
+from gateway.dialects.sparktide import RunState
+from gateway.dialects.sparktide_agui import plan
+from gateway.errors import IdempotencyKeyReused, InvalidRequest, Unavailable
+from gateway.fanout.foldcache import FoldCache
+from gateway.feed import AppendResult, FeedKey, NewItem, run_feed
+from gateway.publish_dialects import DialectRuns, RunLocks
+from gateway.store.memory import MemoryStore
+from tests.dialects.a2ui_runs import create, data
+from tests.dialects.sparktide_runs import CONVERSATION, EVERYTHING, RUN, event
+
+pytestmark = pytest.mark.anyio
+
+FEED = run_feed("acme", CONVERSATION, RUN)
+
+
+class CountingStore(MemoryStore):
+    """Counts key lookups; optionally appends an item of its own before the next append
+    (another writer getting between a plan and its append)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lookups = 0
+        self.cut_in: list[NewItem] = []
+
+    async def offset_of(self, feed: FeedKey, key: str) -> int | None:
+        self.lookups += 1
+        return await super().offset_of(feed, key)
+
+    async def append(
+        self, feed: FeedKey, items: Sequence[NewItem], *, retention: int, align: int = 0
+    ) -> AppendResult:
+        if self.cut_in:
+            other, self.cut_in = self.cut_in, []
+            await super().append(feed, other, retention=retention, align=align)
+        return await super().append(feed, items, retention=retention, align=align)
+
+
+def runs(store: MemoryStore) -> DialectRuns:
+    return DialectRuns(
+        store, FoldCache(store, store), run_retention=100_000, run_finished_ttl=3600.0
+    )
+
+
+async def test_a_lock_lives_only_while_someone_holds_or_waits_for_it() -> None:
+    locks = RunLocks()
+    order: list[str] = []
+    async with anyio.create_task_group() as tg:
+
+        async def publish(name: str, hold: anyio.Event | None) -> None:
+            async with locks.hold(FEED):
+                order.append(f"{name} in")
+                if hold is not None:
+                    await hold.wait()
+                order.append(f"{name} out")
+
+        release = anyio.Event()
+        tg.start_soon(publish, "first", release)
+        await anyio.wait_all_tasks_blocked()
+        tg.start_soon(publish, "second", None)
+        await anyio.wait_all_tasks_blocked()
+        assert len(locks) == 1 and order == ["first in"]
+        release.set()
+    assert order == ["first in", "first out", "second in", "second out"]
+    assert len(locks) == 0
+
+
+async def test_a_publish_that_waits_too_long_for_its_run_is_unavailable() -> None:
+    locks = RunLocks()
+    release = anyio.Event()
+
+    async def holder() -> None:
+        async with locks.hold(FEED):
+            await release.wait()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(holder)
+        await anyio.wait_all_tasks_blocked()
+        with pytest.raises(Unavailable, match="busy"):
+            async with locks.hold(FEED, wait=0.01):
+                pass
+        assert len(locks) == 1
+        release.set()
+    assert len(locks) == 0
+
+
+async def test_the_rebuilt_state_is_the_kept_one_and_costs_a_few_lookups() -> None:
+    store = CountingStore()
+    dialects = runs(store)
+    deltas = [event("text.delta", i, {"text": "x"}) for i in range(2, 301)]
+    await dialects.sparktide("acme", [EVERYTHING[0], *deltas])
+    kept = dialects._states[FEED][1]
+    assert kept == plan(RunState(), [EVERYTHING[0], *deltas], {})[0]
+    for body, lookups in (
+        (event("text.delta", 301, {"text": "next"}), 2),  # n and n - 1
+        # A retry of 300 (301 is held too): 300, 301, 303, 302, then the held event.
+        (deltas[-1], 5),
+        (event("text.delta", 310, {"text": "gap"}), None),
+    ):
+        dialects._states.clear()
+        store.lookups = 0
+        try:
+            await dialects.sparktide("acme", body)
+        except InvalidRequest as exc:
+            assert "leaves a gap: the message's next sequence is 302" in exc.message
+        if lookups is not None:
+            assert store.lookups == lookups, body
+    # A gap is found by galloping from sequence 1: logarithmic in the run's length.
+    assert store.lookups < 3 + 2 * 10
+
+
+async def test_another_writer_between_plan_and_append_is_noticed() -> None:
+    store = CountingStore()
+    dialects = runs(store)
+    await dialects.sparktide("acme", EVERYTHING[:3])
+    assert FEED in dialects._states
+    store.cut_in = [NewItem(None, b'{"type":"CUSTOM","name":"x","value":1}')]
+    cursors, appended = await dialects.sparktide("acme", EVERYTHING[3])
+    assert appended == 1 and dialects.interleaved == 1
+    # The state kept is not trusted after that: the next publish rebuilds it.
+    assert FEED not in dialects._states
+    state = await store.state(FEED)
+    assert state is not None and cursors == [state.head_cursor]
+    await dialects.sparktide("acme", EVERYTHING[4])
+    assert dialects._states[FEED][1].sequence == 5
+
+
+async def test_a2ui_keeps_the_sparktide_state_of_the_run_it_shares() -> None:
+    store = CountingStore()
+    dialects = runs(store)
+    await dialects.sparktide("acme", EVERYTHING[:3])
+    before = dialects._states[FEED][1]
+    cursors, appended = await dialects.a2ui(
+        "acme", CONVERSATION, RUN, [create("s"), data("s", "/a", 1)]
+    )
+    assert appended == 2
+    at, state = dialects._states[FEED]
+    assert at == cursors[-1] and state == before
+    store.lookups = 0
+    await dialects.sparktide("acme", EVERYTHING[3])
+    assert store.lookups == 0, "the kept state answered: no rebuild"
+
+
+async def test_held_events_of_a_long_derivation_are_read_in_pages() -> None:
+    dialects = runs(MemoryStore())
+    # 40 open steps: message.completed derives more items than one page.
+    opened = [
+        event("model.started", i, {**EVERYTHING[2]["data"], "invocationId": f"m{i}"})
+        for i in range(2, 42)
+    ]
+    done = event("message.completed", 42, {"status": "SUCCEEDED"})
+    first, _ = await dialects.sparktide("acme", [EVERYTHING[0], *opened, done])
+    dialects._states.clear()
+    again, appended = await dialects.sparktide("acme", done)
+    assert (again, appended) == ([first[-1]], 0)
+
+
+async def test_a_sequence_another_writer_took_first() -> None:
+    store = CountingStore()
+    dialects = runs(store)
+    await dialects.sparktide("acme", EVERYTHING[:3])
+    state = dialects._states[FEED][1]
+
+    def derived_items(event: dict[str, object]) -> list[NewItem]:
+        _, [planned] = plan(state, [event], {}, array=False)
+        pairs = zip(planned.item_keys, planned.derived, strict=True)
+        return [NewItem(k, encode(e)) for k, e in pairs]
+
+    # Another writer appends sequence 4 with another body after our plan: answered as if
+    # it had come first.
+    theirs = {**EVERYTHING[3], "traceId": "theirs"}
+    store.cut_in = derived_items(theirs)
+    with pytest.raises(IdempotencyKeyReused, match="already has a different event at sequence 4"):
+        await dialects.sparktide("acme", EVERYTHING[3])
+    # The same body: their items are ours, answered with their cursors.
+    state = plan(state, [theirs], {})[0]
+    items = derived_items(EVERYTHING[4])
+    store.cut_in = list(items)
+    before = await store.state(FEED)
+    cursors, _ = await dialects.sparktide("acme", EVERYTHING[4])
+    after = await store.state(FEED)
+    assert before is not None and after is not None
+    assert after.head == before.head + len(items), "appended once"
+    assert cursors == [after.head_cursor]
