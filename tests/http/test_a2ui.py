@@ -357,7 +357,7 @@ async def test_websocket_formats_are_per_feed_kind(
     team = "0190f5a2-7c1e-7b3d-8a4f-000000000001"
     async with open_ws(node) as ws:
         for feed, fmt, known in (
-            (FEED, "ai-sdk-v9", '"ag-ui", "a2ui"'),
+            (FEED, "ai-sdk-v9", '"ag-ui", "ai-sdk", "a2ui"'),
             (f"team/{team}", "a2ui", '"team"'),
             (FEED, 3, None),
         ):
