@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import msgspec
 import structlog
@@ -418,6 +419,10 @@ class Publisher:
             self.reject(exc, via)
             raise
         self.metrics.published.labels(kind="run", path=via.value).inc(appended)
+        if self.activity is not None and appended:
+            # Accepted, so the body names one run (its first event says which).
+            first: Any = body[0] if isinstance(body, list) else body
+            await self.activity.record(run_feed(tenant, first["conversationId"], first["runId"]))
         return cursors
 
     async def publish_a2ui_json(
@@ -461,4 +466,6 @@ class Publisher:
             self.reject(exc, via)
             raise
         self.metrics.published.labels(kind="run", path=via.value).inc(appended)
+        if self.activity is not None and appended:
+            await self.activity.record(run_feed(tenant, thread_id, run_id))
         return cursors
