@@ -122,6 +122,8 @@ def build_backend(settings: Settings, metrics: Metrics | None = None) -> Backend
             min_replicas=settings.redis_min_replicas,
             replica_timeout_ms=settings.redis_replica_timeout_ms,
             tombstone_seconds=settings.redis_tombstone_seconds,
+            cluster=settings.redis_cluster,
+            inbox_shards=settings.redis_inbox_shards,
         )
     return memory_backend(MemoryStore(tombstone_seconds=settings.redis_tombstone_seconds))
 
@@ -172,7 +174,7 @@ async def running(
     if backend.inbox is not None:
         inboxes = [
             Inbox(
-                backend.inbox(kind.name),
+                queue,
                 kind,
                 publisher,
                 metrics,
@@ -181,6 +183,7 @@ async def running(
                 block_ms=settings.read_block_ms,
             )
             for kind in INBOXES
+            for queue in backend.inbox(kind.name)
         ]
 
     # A read loop that has not completed a read (an empty one counts) for this long is

@@ -26,6 +26,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     redis_prefix: str = "gw"
     #: Redis connections one node opens at most (callers wait for a free one).
     redis_max_connections: int = 32
+    #: GATEWAY_REDIS_URL is a seed node of a Redis Cluster.
+    redis_cluster: bool = False
+    #: Streams each inbox is spread over (each on its own slot on a cluster).
+    redis_inbox_shards: int = 1
     #: Every Redis call's bound in seconds: past it the call fails (503 ``unavailable``).
     redis_timeout_seconds: float = 3.0
     #: Appends wait for this many replicas to acknowledge them (WAIT); 0: do not wait.
@@ -117,6 +121,14 @@ SETTINGS_HELP: dict[str, str] = {
     "embedded in-memory log, nothing durable.",
     "redis_prefix": "Prefix of every Redis key the gateway owns.",
     "redis_max_connections": "Most Redis connections one node opens; callers wait for one.",
+    "redis_cluster": "GATEWAY_REDIS_URL (redis:// or rediss://) names a node of a Redis "
+    "Cluster, or several (redis://[user:pass@]h1:p1,h2:p2: any one that answers will do) "
+    "(true/false): each feed's keys share a hash tag (one slot), live items go over "
+    "sharded pub/sub on the feed's shard, and redirects, resharding and failovers are "
+    "followed without a restart.",
+    "redis_inbox_shards": "Streams each Redis inbox is spread over: 1 is <prefix>:inbox:<name>; "
+    "N > 1 is <prefix>:inbox:{<name>:<n>} for n in 0..N-1 (producers pick one, e.g. by "
+    "hashing the feed), each read by every node's consumer group, each on its own slot.",
     "redis_timeout_seconds": "Bound on every Redis call in seconds (pool wait, retries and "
     "reply): a publish or subscribe during a Redis hang answers 503 unavailable after it.",
     "redis_min_replicas": "Appends wait (WAIT) for this many replicas to have them; fewer "
@@ -315,6 +327,18 @@ def _check(s: Settings) -> None:
     for name in positive:
         if getattr(s, name) <= 0:
             raise ValueError(f"{name} must be positive")
+    if not 1 <= s.redis_inbox_shards <= 256:
+        raise ValueError("redis_inbox_shards must be between 1 and 256")
+    if s.redis_cluster and s.redis_url is None:
+        raise ValueError("redis_cluster needs redis_url (a seed node of the cluster)")
+    if (
+        s.redis_cluster
+        and s.redis_url is not None
+        and not s.redis_url.startswith(("redis://", "rediss://"))
+    ):
+        raise ValueError("redis_cluster: the seed URL must be redis:// or rediss://")
+    if s.redis_cluster and s.redis_min_replicas:
+        raise ValueError("redis_min_replicas is not available on a Redis Cluster")
     if not 0 < s.redis_timeout_seconds <= 10:
         raise ValueError("redis_timeout_seconds must be above 0 and at most 10")
     if s.redis_min_replicas < 0:

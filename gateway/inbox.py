@@ -118,7 +118,8 @@ class Inbox:
 
     @property
     def name(self) -> str:
-        return self.kind.name
+        """The inbox's name, with its shard (``team``, ``team:3``)."""
+        return self.queue.name
 
     async def run(self) -> None:
         """Consume until cancelled; survives store outages with backoff."""

@@ -59,13 +59,15 @@ class Producer:
         run_retention: int = 100_000,
         run_finished_ttl: float = 3600.0,
         agui_strict: bool = False,
+        cluster: bool = False,
     ) -> Producer:
-        """A producer appending to the Redis at ``redis_url`` (same prefix as the gateway).
+        """A producer appending to the Redis at ``redis_url`` (same prefix as the gateway;
+        with ``cluster``, any node of a Redis Cluster, as GATEWAY_REDIS_CLUSTER).
 
         Use the gateway's retention settings: each append trims to the retention given.
         """
         return cls(
-            redis_backend(redis_url, prefix=prefix),
+            redis_backend(redis_url, prefix=prefix, cluster=cluster),
             team_retention=team_retention,
             run_retention=run_retention,
             run_finished_ttl=run_finished_ttl,

@@ -328,7 +328,8 @@ class Backend:
     feeds: FeedStore
     live: LiveFeed
     folds: FoldStore
-    inbox: Callable[[str], InboxQueue] | None = None
+    #: The streams of a named inbox (one, or one per shard of a sharded inbox).
+    inbox: Callable[[str], Sequence[InboxQueue]] | None = None
     ping: Callable[[], Awaitable[None]] | None = None
     close: Callable[[], Awaitable[None]] | None = None
     index: FeedIndex | None = None

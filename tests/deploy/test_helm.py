@@ -42,7 +42,7 @@ FULLNAME = "gw-gateway"
 
 #: The values files under helm/gateway/ci/: the chart's defaults, a production-like HA
 #: setup, and everything enabled.
-VALUES_SETS = ("default", "ha", "all", "sentinel")
+VALUES_SETS = ("default", "ha", "all", "sentinel", "cluster")
 
 #: Oldest Kubernetes the chart supports (Chart.yaml kubeVersion) and the newest that
 #: kubernetes-validate ships schemas for.
@@ -197,6 +197,7 @@ EXPECTED_KINDS = {
     "all": {"Deployment", "Service", "ServiceAccount", "PodDisruptionBudget"}
     | {"HorizontalPodAutoscaler", "Ingress", "ServiceMonitor", "PrometheusRule", "ConfigMap"},
     "sentinel": {"Deployment", "Service", "ServiceAccount", "PodDisruptionBudget"},
+    "cluster": {"Deployment", "Service", "ServiceAccount", "PodDisruptionBudget"},
 }
 
 
@@ -214,6 +215,20 @@ def test_sentinel_values_give_the_gateway_a_sentinel_url_with_the_password_from_
     hosts = ",".join(f"redis-sentinel-{i}.redis-sentinel:26379" for i in range(3))
     assert url == f"redis+sentinel://:$(REDIS_MASTER_PASSWORD)@{hosts}/mymaster/0"
     load({}, {"GATEWAY_REDIS_URL": url.replace("$(REDIS_MASTER_PASSWORD)", "pw")})
+
+
+def test_cluster_values_point_the_gateway_at_a_cluster_seed_from_a_secret() -> None:
+    [deployment] = [d for d in rendered("cluster") if d["kind"] == "Deployment"]
+    env = {e["name"]: e for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["GATEWAY_REDIS_URL"]["valueFrom"]["secretKeyRef"] == {
+        "name": "gateway-redis-cluster",
+        "key": "url",
+    }
+    assert env["GATEWAY_REDIS_CLUSTER"]["value"] == "true"
+    assert env["GATEWAY_REDIS_INBOX_SHARDS"]["value"] == "6"
+    plain = {name: e["value"] for name, e in env.items() if "value" in e}
+    settings = load({}, {**plain, "GATEWAY_REDIS_URL": "redis://:pw@redis-cluster:6379"})
+    assert settings.redis_cluster and settings.redis_inbox_shards == 6
 
 
 CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}
@@ -576,7 +591,11 @@ def test_environment_is_what_the_gateway_loads(values_set: str, tmp_path: Path) 
     plain: dict[str, str] = {}
     for name, var in gateway_vars.items():
         if "valueFrom" in var:
-            continue  # from a Secret or the pod name: checked in test_secrets_are_only_referenced
+            # From a Secret or the pod name: checked in test_secrets_are_only_referenced.
+            # A stand-in for the Redis URL (settings such as redisCluster need one).
+            if name == "GATEWAY_REDIS_URL":
+                plain[name] = "redis://redis.example:6379"
+            continue
         value = var["value"]
         if name.endswith("_FILE"):  # a mounted Secret: stand in a file for the existence check
             (tmp_path / name).write_text("x")

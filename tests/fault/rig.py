@@ -51,14 +51,14 @@ class Rig:
         redis_url: str,
         *,
         nodes: int = sizes.NODES,
-        teams: int = sizes.TEAMS,
+        teams: int | list[str] = sizes.TEAMS,
         env: Mapping[str, str] | None = None,
         text_bytes: int = 64,
     ) -> None:
         node_env = {**sizes.NODE_ENV, "GATEWAY_REDIS_URL": redis_url, **(env or {})}
         self.fleet = Fleet(log_dir, nodes, node_env)
         self.lb: HAProxy | None = None
-        self.teams = [ev.team_id() for _ in range(teams)]
+        self.teams = [ev.team_id() for _ in range(teams)] if isinstance(teams, int) else teams
         self.feeds = [f"team/{t}" for t in self.teams]
         self.publisher: Publisher | None = None
         self.followers: list[Follower] = []

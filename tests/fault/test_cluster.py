@@ -12,6 +12,7 @@ of order, across the producer's acknowledgements, every client and the final str
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,7 +30,6 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.redis_admin,
     pytest.mark.usefixtures("needs_haproxy"),
-    pytest.mark.needs_gateway_work("Redis Cluster support (GATEWAY_REDIS_CLUSTER)"),
 ]
 
 NODES = 2
@@ -66,7 +66,8 @@ async def test_feeds_on_every_shard_followed_and_resumed(
 ) -> None:
     async with (
         RedisCluster(3, 1) as cluster,
-        Rig(tmp_path, cluster.seed_url, nodes=NODES, teams=sizes.CLUSTER_TEAMS,
+        Rig(tmp_path, cluster.seed_url, nodes=NODES,
+            teams=cluster.teams_on_every_shard(sizes.CLUSTER_TEAMS),
             env=cluster.gateway_env()) as rig,
     ):  # fmt: skip
         with anyio.fail_after(sizes.SCENARIO_TIMEOUT):
@@ -93,7 +94,8 @@ async def test_master_killed_and_replaced_by_its_replica(
 ) -> None:
     async with (
         RedisCluster(3, 1) as cluster,
-        Rig(tmp_path, cluster.seed_url, nodes=NODES, teams=sizes.CLUSTER_TEAMS,
+        Rig(tmp_path, cluster.seed_url, nodes=NODES,
+            teams=cluster.teams_on_every_shard(sizes.CLUSTER_TEAMS),
             env=cluster.gateway_env()) as rig,
     ):  # fmt: skip
         with anyio.fail_after(sizes.SCENARIO_TIMEOUT):
@@ -110,6 +112,10 @@ async def test_master_killed_and_replaced_by_its_replica(
             assert set(shards[victim.port]) <= set(moved[promoted]), (shards, moved)
             await _report(rig, measure)
         measure("epoch_restarted received", sum(len(f.restarts()) for f in rig.followers))
+        # The failover changed the writer of the killed master's feeds only.
+        kept = set(rig.feeds) - {f"team/{t}" for t in shards[victim.port]}
+        others = [(f.name, r) for f in rig.followers for feed in kept for r in f.restarts(feed)]
+        assert not others, f"feeds on the other shards restarted: {others}"
 
 
 async def test_slot_migrated_while_publishing(
@@ -117,7 +123,8 @@ async def test_slot_migrated_while_publishing(
 ) -> None:
     async with (
         RedisCluster(3, 1) as cluster,
-        Rig(tmp_path, cluster.seed_url, nodes=NODES, teams=sizes.CLUSTER_TEAMS,
+        Rig(tmp_path, cluster.seed_url, nodes=NODES,
+            teams=cluster.teams_on_every_shard(sizes.CLUSTER_TEAMS),
             env=cluster.gateway_env()) as rig,
     ):  # fmt: skip
         with anyio.fail_after(sizes.SCENARIO_TIMEOUT):
@@ -141,3 +148,49 @@ async def test_slot_migrated_while_publishing(
             assert team in after[target] and team not in after[source], after
             await _report(rig, measure)
         measure("epoch_restarted received", sum(len(f.restarts()) for f in rig.followers))
+
+
+async def test_a_shard_restarted_empty_rotates_its_own_feeds_only(
+    tmp_path: Path, measure: Callable[[str, object], None]
+) -> None:
+    """One master restarts without its data (same node id: its nodes.conf survives, no
+    replica takes over).  The feeds it held move to new epochs, announced to their
+    followers within the bound with nothing published; feeds on the other shards keep
+    their epochs and their followers hear nothing."""
+    async with (
+        RedisCluster(3, 0) as cluster,
+        Rig(tmp_path, cluster.seed_url, nodes=NODES,
+            teams=cluster.teams_on_every_shard(sizes.CLUSTER_TEAMS),
+            env=cluster.gateway_env()) as rig,
+    ):  # fmt: skip
+        with anyio.fail_after(sizes.SCENARIO_TIMEOUT):
+            shards = await _start(rig, cluster)
+            await rig.stop_publishing()
+            victim = next(port for port, teams in shards.items() if teams)
+            lost = {f"team/{t}" for t in shards[victim]}
+            kept = set(rig.feeds) - lost
+            server = cluster.server(victim)
+            await anyio.to_thread.run_sync(server.stop)
+            await anyio.to_thread.run_sync(server.start)  # same port and node id, empty
+            back = now()
+            await cluster.wait_ok()
+
+            def told() -> dict[tuple[str, str], float | None]:
+                return {k: t for k, t in rig.notices_since(back).items() if k[1] in lost}
+
+            with contextlib.suppress(TimeoutError):  # asserted below, with who was not
+                await until(
+                    lambda: all(t is not None for t in told().values()),
+                    sizes.NOTICE_BOUND,
+                    "epoch_restarted for every feed of the restarted shard",
+                )
+            notices = told()
+            untold = [k for k, t in notices.items() if t is None]
+            measure("feeds on the restarted shard / others", f"{len(lost)} / {len(kept)}")
+            measure("told within (s, worst follower)", max(t or 0.0 for t in notices.values()))
+            assert not untold, f"not told within {sizes.NOTICE_BOUND}s: {untold}"
+
+            rig.start_publishing()
+            await _report(rig, measure)
+        others = [(f.name, r) for f in rig.followers for feed in kept for r in f.restarts(feed)]
+        assert not others, f"feeds on the shards that kept their data restarted: {others}"

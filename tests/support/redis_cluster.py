@@ -38,8 +38,11 @@ from typing import Any, Self
 import anyio
 import redis
 from redis.backoff import NoBackoff
+from redis.crc import key_slot
 from redis.retry import Retry
 
+from gateway.feed import team_feed
+from tests.support import events as ev
 from tests.support.redis_server import RedisServer, free_port
 
 #: What tells ``gateway serve`` that GATEWAY_REDIS_URL is a seed node of a cluster.
@@ -86,6 +89,9 @@ class ClusterNode:
     @property
     def failed(self) -> bool:
         return bool({"fail", "fail?", "noaddr"} & self.flags)
+
+    def serves(self, slot: int) -> bool:
+        return any(low <= slot <= high for low, high in self.slots)
 
 
 def parse_nodes(text: str) -> list[ClusterNode]:
@@ -219,6 +225,21 @@ class RedisCluster:
 
     def keyslot(self, key: str) -> int:
         return int(ask(self.running[0].port, "CLUSTER", "KEYSLOT", key))
+
+    def teams_on_every_shard(self, n: int, tenant: str = "acme") -> list[str]:
+        """``n`` team ids whose feeds spread over every master (at least one each,
+        round robin), from the slot of each feed's hash tag (``gateway.feed.FeedKey``)."""
+        masters = self.masters()
+        wanted: list[list[str]] = [[] for _ in masters]
+        for _ in range(100_000):  # bounded: each master gets its share quickly
+            if sum(len(w) for w in wanted) >= n and all(wanted):
+                break
+            team = ev.team_id()
+            slot = key_slot(team_feed(tenant, team).tag().encode())
+            index = next(i for i, m in enumerate(masters) if m.serves(slot))
+            if len(wanted[index]) < -(-n // len(masters)):
+                wanted[index].append(team)
+        return [t for group in wanted for t in group][:n]
 
     def owner(self, slot: int) -> ClusterNode:
         for node in self.masters():

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import signal
 import socket
@@ -30,8 +31,28 @@ STOP_TIMEOUT = 5.0  # seconds SHUTDOWN may take before we SIGKILL
 _POLL_INTERVAL = 0.02
 
 
+#: Ports for servers of the tests' own: below Linux's ephemeral range (32768-60999 by
+#: default), so no outgoing connection takes one between the choice and the bind.
+_SERVER_PORTS = range(20_000, 32_000)
+#: Ports already handed out by this process (not bound until their server starts).
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (the OS picks it)."""
+    """A TCP port on 127.0.0.1 that was free a moment ago, outside the ephemeral range
+    (a port the OS hands out for binding to 0 can meanwhile become the local end of
+    some outgoing connection: a cluster's bus port then fails to bind)."""
+    for _ in range(200):  # bounded: almost every port in the range is free
+        port = random.choice(_SERVER_PORTS)
+        if port in _handed_out:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            _handed_out.add(port)
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])

@@ -27,9 +27,13 @@ def redis_backend(
     min_replicas: int = 0,
     replica_timeout_ms: int = 500,
     tombstone_seconds: float = 86_400.0,
+    cluster: bool = False,
+    inbox_shards: int = 1,
 ) -> Backend:
     """A backend on the Redis at ``url`` (``redis://``, ``rediss://``, ``unix://``,
-    ``redis+sentinel://``; see :mod:`gateway.store.redis.connection`)."""
+    ``redis+sentinel://``; with ``cluster`` a seed node of a Redis Cluster; see
+    :mod:`gateway.store.redis.connection`).  ``inbox_shards`` > 1 spreads each inbox over
+    that many streams (``<prefix>:inbox:{<name>:<n>}``), each on its own slot."""
     conn = RedisConnection(
         url,
         prefix=prefix,
@@ -37,6 +41,7 @@ def redis_backend(
         max_connections=max_connections,
         metrics=metrics,
         timeout=timeout,
+        cluster=cluster,
     )
     feeds = RedisFeeds(
         conn,
@@ -46,8 +51,10 @@ def redis_backend(
     )
     live = RedisLive(conn, feeds)
 
-    def inbox(name: str) -> InboxQueue:
-        return RedisInboxQueue(conn, name)
+    def inbox(name: str) -> list[InboxQueue]:
+        if inbox_shards <= 1:
+            return [RedisInboxQueue(conn, name)]
+        return [RedisInboxQueue(conn, name, shard) for shard in range(inbox_shards)]
 
     async def close() -> None:
         live.close()

@@ -6,7 +6,9 @@ becomes :class:`~gateway.errors.Unavailable`, and every call there is bounded by
 ``timeout`` seconds in all (pool wait, retries and reply): nothing above
 ``gateway.store.redis`` sees redis-py, and nothing waits out a Redis that hangs.
 
-URLs: ``redis://``, ``rediss://`` and ``unix://`` name one server; ``redis+sentinel://
+URLs: ``redis://``, ``rediss://`` and ``unix://`` name one server (with ``cluster``, a
+seed node of a Redis Cluster: the client finds every shard and follows ``MOVED``/``ASK``
+redirects, resharding and failovers by itself); ``redis+sentinel://
 [user:password@]host:port[,host:port...]/<master>[/<db>]`` (``rediss+sentinel://`` for
 TLS to the master) names the Sentinels that know the master: every new connection asks
 them where the master is now, so after a failover the node follows the new master by
@@ -28,6 +30,7 @@ from urllib.parse import unquote, urlsplit
 import anyio
 import redis.asyncio as aioredis
 import redis.exceptions
+from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.connection import Connection, SSLConnection, parse_url
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel
@@ -39,6 +42,8 @@ from gateway.feed import FeedKey, FeedState
 from gateway.metrics import Metrics
 
 SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
+#: The writer identity the append step replaces with the shard master's node id.
+CLUSTER_IDENTITY = "@cluster"
 
 
 @contextlib.contextmanager
@@ -48,13 +53,49 @@ def translate(what: str) -> Iterator[None]:
         yield
     except redis.exceptions.ResponseError as exc:
         raise Unavailable(f"redis rejected {what}: {exc}") from exc
-    except (redis.exceptions.RedisError, OSError) as exc:
+    except (redis.exceptions.RedisError, redis.exceptions.RedisClusterException, OSError) as exc:
+        # RedisClusterException: no node serves the key's slot now (a cluster changing).
         raise Unavailable(f"redis unavailable during {what}") from exc
     except RuntimeError as exc:
         # A transport closed under a write (uvloop says so with RuntimeError).
         if "closed" not in str(exc):
             raise
         raise Unavailable(f"redis connection lost during {what}") from exc
+    except AttributeError as exc:
+        # redis-py's cluster client can close a connection another task has just
+        # taken (its writer is then None) while it refreshes the slot map: a lost
+        # connection, like any other.  An AttributeError of our own is a bug: raised.
+        if not _raised_in_redis(exc):
+            raise
+        raise Unavailable(f"redis connection lost during {what}") from exc
+
+
+def _raised_in_redis(exc: BaseException) -> bool:
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and "/redis/" in tb.tb_frame.f_code.co_filename
+
+
+def split_seeds(url: str) -> tuple[str, list[tuple[str, int]]]:
+    """A Redis Cluster URL naming one node or several,
+    ``redis[s]://[user:password@]host:port[,host:port...][/db][?options]``: the URL of
+    the first node (credentials and options apply to every node) and the others'
+    ``(host, port)``.  Any one seed that answers tells the client every shard.
+    ValueError for another scheme or a seed without a port."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("redis", "rediss"):
+        raise ValueError("a Redis Cluster's URL is redis:// or rediss://")
+    userinfo, at, hosts = parts.netloc.rpartition("@")
+    seeds: list[tuple[str, int]] = []
+    for seed in hosts.split(","):
+        host, colon, port = seed.rpartition(":")
+        if not colon or not host or not port.isdigit():
+            raise ValueError(f"a Redis Cluster seed is host:port, not {seed!r}")
+        seeds.append((host.strip("[]"), int(port)))
+    first = hosts.split(",")[0]
+    rebuilt = parts._replace(netloc=f"{userinfo}{at}{first}").geturl()
+    return rebuilt, seeds[1:]
 
 
 @dataclass(frozen=True)
@@ -152,9 +193,13 @@ class RedisConnection:
         max_connections: int = 32,
         metrics: Metrics | None = None,
         timeout: float = 3.0,
+        cluster: bool = False,
     ) -> None:
         #: Every command's bound, in seconds (pool wait, retries and reply included).
         self.timeout = timeout
+        #: A Redis Cluster: keys of one feed share a slot (their hash tag), live items
+        #: go over sharded pub/sub on the feed's shard.
+        self.cluster = cluster
         options: dict[str, Any] = {
             "max_connections": max_connections,
             "timeout": timeout,
@@ -183,7 +228,28 @@ class RedisConnection:
         self.url = url
         self._sentinel: Sentinel | None = None
         self._sentinel_target: SentinelTarget | None = None
-        if urlsplit(url).scheme in SENTINEL_SCHEMES:
+        self._topology_ready = False
+        if cluster:
+            url, more_seeds = split_seeds(url)
+            self.url = url
+            self.client: Any = RedisCluster.from_url(
+                url,
+                startup_nodes=[ClusterNode(host, port) for host, port in more_seeds],
+                max_connections=max_connections,
+                decode_responses=False,
+                socket_connect_timeout=min(timeout, 5.0),
+                socket_timeout=timeout,
+                socket_keepalive=True,
+                # Redirects, TRYAGAIN and a shard's failover are followed within the
+                # node's bound (io() cancels whatever takes longer).
+                retry=Retry(ExponentialBackoff(cap=0.25, base=0.01), 3),
+                protocol=2,
+                maint_notifications_config=MaintNotificationsConfig(enabled=False),
+            )
+            # The writer's identity is the shard master's own node id, which the append
+            # step reads itself (it knows where it runs; a redirect cannot mislead it).
+            self._configured_identity = CLUSTER_IDENTITY
+        elif urlsplit(url).scheme in SENTINEL_SCHEMES:
             target = self._sentinel_target = parse_sentinel_url(url)
             self._sentinel = Sentinel(  # type: ignore[no-untyped-call]
                 list(target.sentinels),
@@ -207,8 +273,9 @@ class RedisConnection:
                 if "path" in parsed
                 else f"{parsed.get('host', 'localhost')}:{parsed.get('port', 6379)}"
             )
-        # redis-py's own annotations are looser than its replies; the adapter owns them.
-        self.client: Any = aioredis.Redis(connection_pool=pool)
+        if not cluster:
+            # redis-py's own annotations are looser than its replies; the adapter owns them.
+            self.client = aioredis.Redis(connection_pool=pool)
         self.prefix = prefix
         self.node_id = node_id or f"{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         #: Where command durations go (``gateway_redis_command_seconds``).
@@ -263,8 +330,36 @@ class RedisConnection:
                 self.server_changes += 1
             self._run_id = run_id
 
+    async def topology(self) -> None:
+        """Learn the cluster's shards (once; redirects keep it current afterwards)."""
+        if self.cluster and not self._topology_ready:
+            with self.io("cluster topology"):
+                await self.client.initialize()
+            self._topology_ready = True
+
+    async def refresh_topology(self) -> None:
+        """Ask the cluster again who serves which slots (after a listener was refused or
+        lost: a failover or a migration)."""
+        if self.cluster:
+            with self.io("cluster topology"):
+                await self.client.nodes_manager.initialize()
+            self._topology_ready = True
+
+    def shard_of(self, key: bytes) -> ListenerAddress:
+        """Where a key's shard master is (cluster only; :meth:`topology` first)."""
+        node = self.client.get_node_from_key(key)
+        options = parse_url(self.url)
+        return ListenerAddress(
+            str(node.host),
+            int(node.port),
+            None,
+            options.get("connection_class") is SSLConnection,
+            options.get("username"),
+            options.get("password"),
+        )
+
     async def listener_address(self) -> ListenerAddress:
-        """Where the node's raw pub/sub listener must connect now."""
+        """Where the node's raw pub/sub listener must connect now (not a cluster)."""
         if self._sentinel_target is not None:
             target = self._sentinel_target
             with self.io("sentinel"):
@@ -295,12 +390,21 @@ class RedisConnection:
         """The run's fold hash, beside the feed's other keys (same hash slot)."""
         return f"{self.prefix}:{feed.tag()}:f"
 
-    def gone_key(self, feed: FeedKey) -> str:
-        """Marks a feed deleted on purpose (a finished run's grace period ended)."""
-        return f"{self.prefix}:{feed.tag()}:g"
+    def routed(self, key: bytes | str) -> dict[str, Any]:
+        """Keyword arguments for a command on ``key`` that send it straight to the
+        shard serving the key (on a cluster; nothing otherwise).  For XREAD and
+        XREADGROUP redis-py would first ask a server which of the arguments are keys
+        (``COMMAND GETKEYS``): one more round trip per command, and per command of a
+        pipeline.  Redirects are still followed.  Until the client has learnt the slot
+        map nothing is named: redis-py finds the shard itself."""
+        if not self.cluster or not self.client.nodes_manager.slots_cache:
+            return {}
+        return {"target_nodes": self.client.get_node_from_key(key)}
 
-    def inbox_key(self, name: str) -> str:
-        return f"{self.prefix}:inbox:{name}"
+    @property
+    def publish_command(self) -> str:
+        """How the append step announces items: sharded pub/sub on a cluster."""
+        return "SPUBLISH" if self.cluster else "PUBLISH"
 
     # -- the boundary --------------------------------------------------------------------
 
@@ -346,8 +450,25 @@ class RedisConnection:
             self.on_wake()
 
     async def ping(self) -> None:
-        with self.io("ping", "ping"):
-            await self.client.ping()
+        """The server answers (on a cluster: every master that serves slots)."""
+        if not self.cluster:
+            with self.io("ping", "ping"):
+                await self.client.ping()
+            return
+        await self.topology()
+        try:
+            with self.io("ping", "ping"):
+                primaries = {
+                    nodes[0].name: nodes[0]
+                    for nodes in self.client.nodes_manager.slots_cache.values()
+                    if nodes
+                }
+                await self.client.ping(target_nodes=list(primaries.values()))
+        except Unavailable:
+            # A shard master may have failed over: learn the new map for the next ping.
+            with contextlib.suppress(Unavailable):
+                await self.refresh_topology()
+            raise
 
     async def aclose(self) -> None:
         with contextlib.suppress(Exception):

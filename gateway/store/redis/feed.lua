@@ -1,11 +1,17 @@
 -- The feed log's one atomic server-side step (docs/architecture.md, "The append step").
 --
--- KEYS: 1 meta hash, 2 stream, 3 idempotency-key hash, 4 the "gone" marker of a feed
---       deleted on purpose (one hash slot: same {tag}).
+-- KEYS: 1 meta hash, 2 stream, 3 idempotency-key hash (one hash slot: same {tag}).
+--       Whenever the feed exists all three keys do (an empty stream, a placeholder
+--       field in the hash), so that a Redis Cluster slot migration, which moves keys
+--       one by one, never sees a multi-key call on a slot whose keys are split for
+--       longer than the move of this feed's own keys (TRYAGAIN, retried).
+--       A feed deleted on purpose (a finished run whose grace period ended) keeps its
+--       meta hash, with the field "gone", for a while after its stream expired.
 -- ARGV: 1 mode ("append" | "check" | "recreate"), 2 retention, 3 known epoch (0: none),
 --       4 known offset, 5 known chain, 6 item count n, 7 trim alignment ("" or 0:
 --       none; A: trim only so that the first retained offset - 1 is a multiple of A),
---       8 the writer's identity (the server the node reached: "" for none),
+--       8 the writer's identity (the server the node reached: "" for none; "@cluster":
+--         this shard master's node id, read here),
 --       9 the lifetime in ms of a feed "recreate" makes (a tombstone epoch),
 --       10 the publish command ("PUBLISH", or "SPUBLISH" on a cluster),
 --       then per item (from ARGV[11]): key ("" for none), data, host-opening flag.
@@ -34,23 +40,28 @@
 -- exist; "gone" when it was deleted on purpose); reason is "" or why the feed moved to a new epoch in this call (missing,
 -- rollback, moved), and the previous epoch and head are what the store held before.
 
-local M, S, I, G = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local M, S, I = KEYS[1], KEYS[2], KEYS[3]
 local mode = ARGV[1]
 local retention = tonumber(ARGV[2])
 local kepoch, koff, kchain = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local n = tonumber(ARGV[6])
 local align = tonumber(ARGV[7]) or 0
 local ident = ARGV[8]
+local cluster = ident == '@cluster'
+if cluster then ident = redis.call('CLUSTER', 'MYID') end
 local tombstone_ms = tonumber(ARGV[9]) or 0
 local publish = ARGV[10]
 local ITEMS = 11
 
 local function fmt(x) return string.format('%d', x) end
 
-local meta = redis.call('HMGET', M, 'epoch', 'head', 'chain', 'host', 'w', 't')
+local meta = redis.call('HMGET', M, 'epoch', 'head', 'chain', 'host', 'w', 't', 'gone')
 local epoch, head, chain, host = tonumber(meta[1]), tonumber(meta[2]), meta[3], meta[4]
 local writer, tomb = meta[5], meta[6]
 local prev_epoch, prev_head = epoch or 0, head or 0
+-- Deleted on purpose: the expiry set the "gone" field and its stream has expired.
+local gone = meta[7] and redis.call('EXISTS', S) == 0
+if gone then head, chain, host = 0, '', false end
 
 local function entry(off)
   local id = fmt(epoch) .. '-' .. fmt(off)
@@ -63,7 +74,7 @@ end
 
 -- Does the stored history still continue what this node saw?
 local reason = ''
-if not epoch then
+if gone or not epoch then
   reason = 'missing'
 elseif kepoch > 0 then
   if kepoch > epoch then
@@ -79,8 +90,23 @@ elseif kepoch > 0 then
     end
   end
 end
+-- On a cluster, a feed last written by another master that is still a live master was
+-- moved here whole by a slot migration (MIGRATE moves each key with all its data): its
+-- history continues.  A writer that failed or is now a replica lost the shard in a
+-- failover: nothing proves the promoted replica had every write.
+local function live_master(id)
+  for line in string.gmatch(redis.call('CLUSTER', 'NODES'), '[^\n]+') do
+    local node, _, flags = string.match(line, '^(%S+) (%S+) (%S+)')
+    if node == id then
+      return string.find(flags, 'master', 1, true) ~= nil
+        and string.find(flags, 'fail', 1, true) == nil
+    end
+  end
+  return false
+end
+
 if reason == '' and epoch and ident ~= '' and writer and writer ~= ident then
-  reason = 'moved'
+  if not (cluster and live_master(writer)) then reason = 'moved' end
 end
 
 local function first_offset()
@@ -101,11 +127,21 @@ local function new_epoch()
     if ms > prev then prev = ms end
   end
   if now <= prev then now = prev + 1 end
+  -- A feed in its grace period keeps its deadline across the new epoch.
+  local ttl = redis.call('PTTL', S)
   redis.call('DEL', S, I)
   epoch, head, chain = now, 0, ''
   if reason == 'missing' then host = false end
   redis.call('HSET', M, 'epoch', fmt(epoch), 'head', '0', 'chain', '')
   if not host then redis.call('HDEL', M, 'host') end
+  -- The empty stream and the placeholder: all three keys exist (see KEYS above).
+  redis.call('XADD', S, fmt(epoch) .. '-0', 'd', '', 'c', '', 'k', '', 't', '')
+  redis.call('XDEL', S, fmt(epoch) .. '-0')
+  redis.call('HSET', I, '', '0')
+  if ttl > 0 then
+    redis.call('PEXPIRE', S, ttl)
+    redis.call('PEXPIRE', I, ttl)
+  end
   writer = nil
 end
 
@@ -141,12 +177,14 @@ end
 
 if mode == 'check' or mode == 'recreate' then
   if reason == 'missing' then
-    if redis.call('EXISTS', G) == 1 then return {'gone'} end
+    if gone then return {'gone'} end
     if mode == 'check' then return {'absent'} end
     new_epoch()
     sign()
     redis.call('HSET', M, 't', '1')
-    if tombstone_ms > 0 then redis.call('PEXPIRE', M, tombstone_ms) end
+    if tombstone_ms > 0 then
+      for _, k in ipairs({M, S, I}) do redis.call('PEXPIRE', k, tombstone_ms) end
+    end
     return result('ok', {})
   end
   if reason ~= '' then new_epoch() end
@@ -188,11 +226,11 @@ end
 
 if reason ~= '' then new_epoch() end
 sign()
-if reason == 'missing' then redis.call('DEL', G) end
-if tomb and #new > 0 then
-  -- A recreated feed gets its first item: it is a feed like any other from now on.
-  redis.call('HDEL', M, 't')
-  redis.call('PERSIST', M)
+if (tomb or gone) and #new > 0 then
+  -- A recreated (or deleted) feed gets its first item: it is a feed like any other
+  -- from now on.
+  redis.call('HDEL', M, 't', 'gone')
+  for _, k in ipairs({M, S, I}) do redis.call('PERSIST', k) end
 end
 
 local published = {}

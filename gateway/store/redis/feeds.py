@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from importlib import resources
 from typing import Any
 
+import anyio
 import redis.exceptions
 import structlog
 
@@ -20,9 +21,11 @@ from gateway.cursor import Cursor
 from gateway.errors import IdempotencyKeyReused, Unavailable
 from gateway.feed import AppendResult, FeedKey, FeedState, NewItem, StoredItem
 from gateway.store.base import Batch, FeedStore, chain_next
-from gateway.store.redis.connection import RedisConnection
+from gateway.store.redis.connection import RedisConnection, translate
 
 log = structlog.get_logger("gateway.store")
+#: A call of a batch that failed, left in its place: redis-py's error, or ours.
+_FAILED = (redis.exceptions.RedisError, Unavailable)
 
 _MAX_SEQ = 18446744073709551615  # stream ids are <ms>-<seq>, both 64-bit
 
@@ -48,7 +51,6 @@ class RedisFeeds(FeedStore):
         tombstone_seconds: float = 86_400.0,
         min_replicas: int = 0,
         replica_timeout_ms: int = 500,
-        publish_command: str = "PUBLISH",
     ) -> None:
         super().__init__()
         self.conn = conn
@@ -59,13 +61,20 @@ class RedisFeeds(FeedStore):
         #: Appends wait for this many replicas (``WAIT``), else answer Unavailable.
         self.min_replicas = min_replicas
         self.replica_timeout_ms = replica_timeout_ms
-        self._publish = publish_command
+        self._publish = conn.publish_command
+        #: The last :meth:`verify` could not check some feed (try again soon).
+        self.deferred = False
+        if min_replicas and conn.cluster:
+            raise ValueError(
+                "redis_min_replicas needs one connection per write and its WAIT: not "
+                "available on a Redis Cluster"
+            )
 
     def keys(self, feed: FeedKey) -> tuple[str, str, str]:
         return self.conn.feed_keys(feed)
 
     def _script_keys(self, feed: FeedKey) -> list[str]:
-        return [*self.conn.feed_keys(feed), self.conn.gone_key(feed)]
+        return list(self.conn.feed_keys(feed))
 
     # -- the append step -----------------------------------------------------------------
 
@@ -100,10 +109,9 @@ class RedisFeeds(FeedStore):
                 return await self._script(keys=keys, args=args)
             # WAIT on the same connection as the write (one pipeline): how many
             # replicas have it.  Too few: the items may still be lost in a failover.
-            async with self._redis.pipeline(transaction=False) as pipe:
-                await self._script(keys=keys, args=args, client=pipe)
-                pipe.wait(self.min_replicas, self.replica_timeout_ms)
-                reply, replicas = await pipe.execute()
+            [reply, replicas] = await self._evalsha_many(
+                [(keys, args)], wait=(self.min_replicas, self.replica_timeout_ms)
+            )
         if reply[0] == b"ok" and int(replicas) < self.min_replicas:
             self.conn.metrics_unreplicated()
             raise Unavailable(
@@ -162,44 +170,96 @@ class RedisFeeds(FeedStore):
     ) -> AppendResult:
         return self._appended(feed, await self._run(feed, "append", retention, items, align))
 
+    async def _evalsha_many(
+        self,
+        calls: Sequence[tuple[list[str], list[Any]]],
+        *,
+        wait: tuple[int, int] | None = None,
+        raise_errors: bool = True,
+    ) -> list[Any]:
+        """One pipeline of append-step calls, their answers in order (and, with
+        ``wait``, the WAIT's answer last); an error is raised, or left in its place
+        without ``raise_errors``.  A server that lost its scripts (a restart, SCRIPT
+        FLUSH) ran none of them: the script is loaded and just those calls are sent
+        again, once.  (On a cluster the pipeline is split by shard.)"""
+        if self.conn.cluster:
+            return await self._evalsha_concurrently(calls, raise_errors=raise_errors)
+        replies: list[Any] = [None] * len(calls)
+        waited: Any = None
+        todo = list(range(len(calls)))
+        for attempt in range(2):
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for i in todo:
+                    keys, args = calls[i]
+                    pipe.evalsha(self._script.sha, len(keys), *keys, *args)
+                if wait is not None:
+                    pipe.wait(*wait)
+                answers = await pipe.execute(raise_on_error=False)
+            if wait is not None:
+                waited = answers.pop()
+            for i, answer in zip(todo, answers, strict=True):
+                replies[i] = answer
+            todo = [i for i in todo if isinstance(replies[i], redis.exceptions.NoScriptError)]
+            if not todo or attempt:
+                break
+            await self._redis.script_load(SCRIPT)
+        if raise_errors:
+            for reply in replies:
+                if isinstance(reply, _FAILED):
+                    raise reply
+        return [*replies, waited] if wait is not None else replies
+
+    #: Script calls in flight at once on a cluster (its pools refuse, not queue, more).
+    CLUSTER_CONCURRENCY = 16
+
+    async def _evalsha_concurrently(
+        self, calls: Sequence[tuple[list[str], list[Any]]], *, raise_errors: bool
+    ) -> list[Any]:
+        """:meth:`_evalsha_many` on a cluster, which pipelines no scripts: the calls run
+        concurrently (each on its key's shard), a bounded number at a time."""
+        replies: list[Any] = [None] * len(calls)
+        limiter = anyio.CapacityLimiter(self.CLUSTER_CONCURRENCY)
+
+        async def one(index: int) -> None:
+            keys, args = calls[index]
+            async with limiter:
+                try:
+                    with translate("append step"):
+                        replies[index] = await self._script(keys=keys, args=args)
+                except Unavailable as exc:  # in its place, as a pipeline's errors are
+                    replies[index] = exc
+
+        async with anyio.create_task_group() as tg:
+            for index in range(len(calls)):
+                tg.start_soon(one, index)
+        if raise_errors:
+            for reply in replies:
+                if isinstance(reply, _FAILED):
+                    raise reply
+        return replies
+
     async def append_many(
         self, appends: Sequence[tuple[FeedKey, Sequence[NewItem]]], *, retention: int
     ) -> list[AppendResult | IdempotencyKeyReused | Unavailable]:
         # One pipeline of EVALSHA calls: one write and one read for every feed, instead
         # of a pool checkout and a round trip each.
         calls = [
-            (feed, self._script_keys(feed), self._args(feed, "append", retention, items))
+            (self._script_keys(feed), self._args(feed, "append", retention, items))
             for feed, items in appends
         ]
-        replies: list[Any] = [None] * len(calls)
-        todo = list(range(len(calls)))
+        wait = (self.min_replicas, self.replica_timeout_ms) if self.min_replicas else None
         with self.conn.io("append", "append_many"):
-            for attempt in range(2):
-                async with self._redis.pipeline(transaction=False) as pipe:
-                    for i in todo:
-                        _, keys, args = calls[i]
-                        pipe.evalsha(self._script.sha, len(keys), *keys, *args)
-                    if self.min_replicas:
-                        pipe.wait(self.min_replicas, self.replica_timeout_ms)
-                    answers = await pipe.execute(raise_on_error=False)
-                if self.min_replicas:
-                    replicas = answers.pop()
-                    if isinstance(replicas, int) and replicas < self.min_replicas:
-                        self.conn.metrics_unreplicated()
-                        raise Unavailable(
-                            f"appended, but {replicas} of {self.min_replicas} replicas "
-                            "acknowledged in time; retrying with the same keys is safe"
-                        )
-                for i, answer in zip(todo, answers, strict=True):
-                    replies[i] = answer
-                # A server that lost its scripts (a restart, SCRIPT FLUSH) ran none of
-                # those calls: load the script and send just them again.
-                todo = [i for i in todo if isinstance(replies[i], redis.exceptions.NoScriptError)]
-                if not todo or attempt:
-                    break
-                await self._redis.script_load(SCRIPT)
+            replies = await self._evalsha_many(calls, wait=wait, raise_errors=False)
+        if wait is not None:
+            replicas = replies.pop()
+            if isinstance(replicas, int) and replicas < self.min_replicas:
+                self.conn.metrics_unreplicated()
+                raise Unavailable(
+                    f"appended, but {replicas} of {self.min_replicas} replicas "
+                    "acknowledged in time; retrying with the same keys is safe"
+                )
         results: list[AppendResult | IdempotencyKeyReused | Unavailable] = []
-        for (feed, _, _), reply in zip(calls, replies, strict=True):
+        for (feed, _), reply in zip(appends, replies, strict=True):
             if isinstance(reply, Exception):
                 results.append(Unavailable(f"redis rejected append: {reply}"))
                 continue
@@ -265,12 +325,15 @@ class RedisFeeds(FeedStore):
     async def expire(self, feed: FeedKey, seconds: float) -> None:
         ms = max(1, int(seconds * 1000))
         with self.conn.io("expire"):
+            meta, stream, idem = self.keys(feed)
             async with self._redis.pipeline(transaction=False) as pipe:
-                for key in (*self.keys(feed), self.conn.fold_key(feed)):
+                for key in (stream, idem, self.conn.fold_key(feed)):
                     pipe.pexpire(key, ms)
-                # Deleted on purpose, not lost: followers are told not_found, and no
-                # node recreates it (for a while after the deletion).
-                pipe.set(self.conn.gone_key(feed), b"1", px=ms + self.tombstone_ms)
+                # Deleted on purpose, not lost: the metadata outlives the stream, marked
+                # "gone", so followers are told not_found and no node recreates the
+                # feed (for a while after the deletion; see feed.lua).
+                pipe.hset(meta, "gone", b"1")
+                pipe.pexpire(meta, ms + self.tombstone_ms)
                 await pipe.execute()
 
     async def read(self, feed: FeedKey, after: Cursor, limit: int) -> list[StoredItem]:
@@ -312,19 +375,27 @@ class RedisFeeds(FeedStore):
         server, and periodically.
         """
         out: dict[FeedKey, Batch] = {}
+        deferred: list[tuple[FeedKey, Exception]] = []
         # A live view: feeds may come and go meanwhile, so take a list first.
         feeds = list(positions)
         for start in range(0, len(feeds), self.VERIFY_BATCH):
             chunk = feeds[start : start + self.VERIFY_BATCH]
             with self.conn.io("verify", "verify"):
-                async with self._redis.pipeline(transaction=False) as pipe:
-                    for feed in chunk:
-                        args = self._args(feed, "recreate", 1, ())
-                        await self._script(keys=self._script_keys(feed), args=args, client=pipe)
-                    replies = await pipe.execute()
+                replies = await self._evalsha_many(
+                    [
+                        (self._script_keys(feed), self._args(feed, "recreate", 1, ()))
+                        for feed in chunk
+                    ],
+                    raise_errors=False,
+                )
             for feed, reply in zip(chunk, replies, strict=True):
                 position = positions.get(feed)
                 if position is None:
+                    continue
+                if isinstance(reply, _FAILED):
+                    # This feed alone could not be checked now (on a cluster: its
+                    # shard is down or its slot moving): checked again soon.
+                    deferred.append((feed, reply))
                     continue
                 if reply[0] == b"gone":
                     self.known.forget(feed)
@@ -336,4 +407,11 @@ class RedisFeeds(FeedStore):
                 self.known.reset(feed, state)
                 if reply[6] or state.epoch != position.epoch or state.head < position.offset:
                     out[feed] = Batch([], reset=state)
+        self.deferred = bool(deferred)
+        if deferred:
+            feed, error = deferred[0]
+            log.warning(
+                "feeds not checked; again shortly", feeds=len(deferred), first=str(feed),
+                error=str(error),
+            )  # fmt: skip
         return out

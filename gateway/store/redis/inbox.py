@@ -4,6 +4,8 @@ appended, is decided above this module (``gateway.inbox``)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from gateway.errors import Unavailable
 from gateway.store.base import InboxMessage, InboxQueue
 from gateway.store.redis.connection import RedisConnection
@@ -13,27 +15,38 @@ GROUP = b"gateway"
 DEAD_LETTER_LIMIT = 100_000
 
 
-def inbox_key(prefix: str, name: str) -> str:
-    return f"{prefix}:inbox:{name}"
+def inbox_key(prefix: str, name: str, shard: int | None = None) -> str:
+    """An inbox stream: ``<prefix>:inbox:<name>``, or shard ``n`` of a sharded inbox
+    ``<prefix>:inbox:{<name>:<n>}`` (the hash tag puts each shard in its own slot)."""
+    if shard is None:
+        return f"{prefix}:inbox:{name}"
+    return f"{prefix}:inbox:{{{name}:{shard}}}"
 
 
-def dead_letter_key(prefix: str, name: str) -> str:
-    return f"{prefix}:inbox:{name}:dead"
+def dead_letter_key(prefix: str, name: str, shard: int | None = None) -> str:
+    return inbox_key(prefix, name, shard) + ":dead"
 
 
 class RedisInboxQueue(InboxQueue):
-    def __init__(self, conn: RedisConnection, name: str) -> None:
-        self.name = name
+    """One inbox stream (one shard of a sharded inbox)."""
+
+    def __init__(self, conn: RedisConnection, name: str, shard: int | None = None) -> None:
+        self.name = name if shard is None else f"{name}:{shard}"
         self.conn = conn
         self._redis = conn.client
-        self._stream = inbox_key(conn.prefix, name).encode()
-        self._dead = dead_letter_key(conn.prefix, name).encode()
+        self._stream = inbox_key(conn.prefix, name, shard).encode()
+        self._dead = dead_letter_key(conn.prefix, name, shard).encode()
         self._consumer = conn.node_id.encode()
 
     async def ensure_group(self) -> None:
+        await self.conn.topology()
         try:
             with self.conn.io("inbox group", "inbox"):
-                await self._redis.xgroup_create(self._stream, GROUP, id="0", mkstream=True)
+                # Named for its shard: redis-py routes XGROUP CREATE by the wrong word.
+                await self._redis.execute_command(
+                    "XGROUP", "CREATE", self._stream, GROUP, "0", "MKSTREAM",
+                    **self.conn.routed(self._stream),
+                )  # fmt: skip
         except Unavailable as exc:
             if "BUSYGROUP" not in exc.message:
                 raise Unavailable(f"cannot create inbox group: {exc.message}") from exc
@@ -42,13 +55,11 @@ class RedisInboxQueue(InboxQueue):
         # A blocking read waits for producers: only non-blocking ones are timed.
         within = self.conn.timeout + (block_ms or 0) / 1000
         with self.conn.io("inbox read", None if block_ms else "inbox", within=within):
-            reply = await self._redis.xreadgroup(
-                GROUP,
-                self._consumer,
-                {self._stream: "0" if pending else ">"},
-                count=count,
-                block=block_ms,
-            )
+            args: list[Any] = ["XREADGROUP", "GROUP", GROUP, self._consumer, "COUNT", count]
+            if block_ms is not None:
+                args += ["BLOCK", block_ms]
+            args += ["STREAMS", self._stream, "0" if pending else ">"]
+            reply = await self._redis.execute_command(*args, **self.conn.routed(self._stream))
         entries = reply[0][1] if reply else []
         return [InboxMessage(msg_id, fields) for msg_id, fields in entries]
 

@@ -41,19 +41,54 @@ def _command(*args: bytes | str) -> bytes:
     return b"".join(parts)
 
 
-class Listener(asyncio.Protocol):
-    """Create with :func:`connect`.  Not safe for more than one reader task."""
+class Waker:
+    """Wakes the one reader task that waits on several listeners at once."""
 
     def __init__(self) -> None:
+        self._waiter: asyncio.Future[None] | None = None
+        self._woken = False
+
+    def wake(self) -> None:
+        self._woken = True
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def wait(self, within: float) -> None:
+        """Return once woken (since the last wait) or after ``within`` seconds."""
+        if not self._woken and within > 0:
+            waiter = self._waiter = asyncio.get_running_loop().create_future()
+            with anyio.move_on_after(within):
+                await waiter
+        self._woken = False
+
+
+class Listener(asyncio.Protocol):
+    """Create with :func:`connect`.  Not safe for more than one reader task.
+
+    ``sharded`` listeners use ``SSUBSCRIBE`` (Redis Cluster: each channel lives on the
+    shard that owns its slot, and this connection must be to that shard's master).  A
+    channel the server drops by itself (its slot moved to another shard) is listed in
+    :attr:`dropped` for the owner to subscribe again where it lives now.
+    """
+
+    def __init__(self, waker: Waker | None = None, *, sharded: bool = False) -> None:
         self._reader = hiredis.Reader()
         self._transport: asyncio.Transport | None = None
         self.messages: list[tuple[bytes, bytes]] = []
+        self._waker = waker or Waker()
+        self._sharded = sharded
         self._waiter: asyncio.Future[None] | None = None
         self._failed: Exception | None = None
         #: Replies to commands other than (un)subscribe (AUTH), in order.
         self._replies: list[Any] = []
         #: SUBSCRIBE confirmations still to come.
         self._unconfirmed = 0
+        #: Channels we asked to leave (their unsubscribe replies are no news).
+        self._leaving: set[bytes] = set()
+        #: Channels the server unsubscribed us from by itself (a slot migration).
+        self.dropped: list[bytes] = []
+        self._authenticated = False
 
     # -- asyncio.Protocol ------------------------------------------------------------
 
@@ -63,21 +98,35 @@ class Listener(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self._reader.feed(data)
         messages = self.messages
+        news = False
         while True:
             reply = self._reader.gets()
             if reply is False:
                 break
-            if isinstance(reply, list) and reply and reply[0] == b"message":
+            kind = reply[0] if isinstance(reply, list) and reply else None
+            if kind == b"message" or kind == b"smessage":
                 messages.append((reply[1], reply[2]))
-            elif isinstance(reply, list) and reply and reply[0] == b"subscribe":
+                news = True
+            elif kind in (b"subscribe", b"ssubscribe"):
                 self._unconfirmed -= 1
-            elif isinstance(reply, list) and reply and reply[0] == b"unsubscribe":
-                continue
+            elif kind in (b"unsubscribe", b"sunsubscribe"):
+                channel = reply[1]
+                if channel in self._leaving:
+                    self._leaving.discard(channel)
+                elif kind == b"sunsubscribe" and channel is not None:
+                    self.dropped.append(channel)
+                    news = True
+            elif isinstance(reply, hiredis.ReplyError) and self._authenticated:
+                # A refused (S)SUBSCRIBE: the slot is not this node's any more (MOVED).
+                self._fail(ListenerLost(f"redis refused a subscription: {reply}"))
+                return
             else:
                 self._replies.append(reply)
         if len(messages) > MAX_PENDING:
             self._fail(ListenerLost("the reader fell too far behind the listener"))
-        self._wake()
+        self._wake_own()
+        if news:
+            self._waker.wake()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
@@ -88,14 +137,20 @@ class Listener(asyncio.Protocol):
             self._failed = exc
         if self._transport is not None:
             self._transport.abort()
-        self._wake()
+        self._wake_own()
+        self._waker.wake()
 
-    def _wake(self) -> None:
+    def _wake_own(self) -> None:
         waiter, self._waiter = self._waiter, None
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
     # -- use ---------------------------------------------------------------------------
+
+    @property
+    def failed(self) -> Exception | None:
+        """Why the connection failed, once it has."""
+        return self._failed
 
     def send(self, *args: bytes | str) -> None:
         if self._failed is not None:
@@ -105,7 +160,13 @@ class Listener(asyncio.Protocol):
         self._transport.write(_command(*args))
 
     def subscribe(self, channels: list[bytes]) -> None:
-        """Send SUBSCRIBE; :meth:`confirmed` tells when Redis has taken it."""
+        """Send (S)SUBSCRIBE; :meth:`confirmed` tells when Redis has taken it."""
+        if self._sharded:
+            # One command per channel: the channels of one SSUBSCRIBE must share a slot.
+            for channel in channels:
+                self.send("SSUBSCRIBE", channel)
+                self._unconfirmed += 1
+            return
         for start in range(0, len(channels), 1000):  # bounded command size
             self.send("SUBSCRIBE", *channels[start : start + 1000])
             self._unconfirmed += len(channels[start : start + 1000])
@@ -120,32 +181,39 @@ class Listener(asyncio.Protocol):
             await waiter
 
     def unsubscribe(self, channels: list[bytes]) -> None:
+        self._leaving.update(channels)
+        if self._sharded:
+            for channel in channels:
+                self.send("SUNSUBSCRIBE", channel)
+            return
         for start in range(0, len(channels), 1000):
             self.send("UNSUBSCRIBE", *channels[start : start + 1000])
 
     async def wait(self, within: float) -> None:
-        """Return when messages are waiting or after ``within`` seconds.
+        """Return when messages are waiting or after ``within`` seconds (for a listener
+        read on its own; several are waited on through their shared :class:`Waker`).
 
         Raises :class:`ListenerLost` once the connection has failed.
         """
         if self._failed is not None:
             raise self._failed
-        if self.messages or within <= 0:
-            return
-        waiter = self._waiter = asyncio.get_running_loop().create_future()
-        with anyio.move_on_after(within):
-            await waiter
+        if not self.messages and within > 0:
+            await self._waker.wait(within)
         if self._failed is not None:
             raise self._failed
 
     def poke(self) -> None:
         """Make a pending :meth:`wait` return now (the set of feeds changed)."""
-        self._wake()
+        self._waker.wake()
 
     def take(self) -> list[tuple[bytes, bytes]]:
         """Every (channel, payload) received so far, in order."""
         messages, self.messages = self.messages, []
         return messages
+
+    def take_dropped(self) -> list[bytes]:
+        dropped, self.dropped = self.dropped, []
+        return dropped
 
     async def _reply(self) -> Any:
         """The next reply to a command other than (un)subscribe; bound it by the caller."""
@@ -161,16 +229,26 @@ class Listener(asyncio.Protocol):
             self._transport.close()
 
 
-async def connect(address: ListenerAddress, within: float = 5.0) -> Listener:
+async def connect(
+    address: ListenerAddress,
+    within: float = 5.0,
+    *,
+    waker: Waker | None = None,
+    sharded: bool = False,
+) -> Listener:
     """Open a listener to the Redis at ``address``, within ``within`` seconds."""
     loop = asyncio.get_running_loop()
+
+    def make() -> Listener:
+        return Listener(waker, sharded=sharded)
+
     with anyio.fail_after(within):
         if address.path is not None:
-            _, listener = await loop.create_unix_connection(Listener, address.path)
+            _, listener = await loop.create_unix_connection(make, address.path)
         else:
             context = ssl.create_default_context() if address.tls else None
             _, listener = await loop.create_connection(
-                Listener, address.host, address.port, ssl=context
+                make, address.host, address.port, ssl=context
             )
     if address.password:
         args = (
@@ -184,4 +262,5 @@ async def connect(address: ListenerAddress, within: float = 5.0) -> Listener:
         if isinstance(reply, hiredis.ReplyError):
             listener.close()
             raise ListenerLost(f"redis refused the listener's AUTH: {reply}")
+    listener._authenticated = True
     return listener

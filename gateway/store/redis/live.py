@@ -1,44 +1,71 @@
 """Live notification on Redis: the append step publishes new items on each feed's
-pub/sub channel; a node subscribes (one connection, :mod:`listener`) to the channels of
-the feeds it follows and takes the live items from those messages.
+pub/sub channel; a node subscribes to the channels of the feeds it follows and takes the
+live items from those messages.
 
-It reads a stream (one non-blocking ``XREAD`` for many feeds) only for a feed new to the
-node, after a missed message, on a periodic sweep and after the listening connection was
-replaced.  After the node reached another Redis server process (``RedisConnection.
-suspect``), every followed feed is verified before reading on, so followers of a
-rolled-back feed are told even when nothing is published.
+One listening connection (:mod:`listener`) per server: the one Redis, or on a cluster
+each shard master that owns a followed feed (sharded pub/sub, ``SSUBSCRIBE``: a node
+subscribes only where its feeds live, and a channel whose slot migrates is subscribed
+again where it lives then).  A stream is read (one non-blocking ``XREAD`` per call; per
+feed on a cluster) only for a feed new to the node, after a missed message, on a
+periodic sweep and after a listener was replaced.  After the node reached another Redis
+server process (``RedisConnection.suspect``), and every :data:`RedisLive.VERIFY_SECONDS`,
+every followed feed is verified, so followers of a feed that rolled back or was lost are
+told even when nothing is published.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import anyio
 
 from gateway.cursor import Cursor
 from gateway.feed import FeedKey, StoredItem
 from gateway.store.base import Batch, LiveFeed
-from gateway.store.redis.connection import RedisConnection
+from gateway.store.redis.connection import ListenerAddress, RedisConnection
 from gateway.store.redis.feeds import RedisFeeds, stored_item
-from gateway.store.redis.listener import Listener
+from gateway.store.redis.listener import Listener, Waker
 from gateway.store.redis.listener import connect as connect_listener
+
+#: What one wait for messages returns: items per feed, feeds to read from their stream,
+#: append times, transient messages.
+_Gathered = tuple[
+    dict[FeedKey, list[StoredItem]],
+    set[FeedKey],
+    dict[FeedKey, float],
+    dict[FeedKey, list[tuple[int, bytes]]],
+]
 
 
 class RedisLive(LiveFeed):
+    #: Seconds between reads of every followed feed, whatever the notifications say:
+    #: a safety net for a notification lost in a reconnect.
+    SWEEP_SECONDS = 5.0
+    #: Seconds between checks that every followed feed still continues what this node
+    #: delivered (a loss that no publish and no reconnect reveals: a flush, another
+    #: node's failover handling), so followers are told within this long.
+    VERIFY_SECONDS = 5.0
+    #: When a check could not reach some feed (its shard down or moving): again after.
+    VERIFY_RETRY_SECONDS = 0.5
+
     def __init__(self, conn: RedisConnection, feeds: RedisFeeds) -> None:
         self.conn = conn
         self.feeds = feeds
         self._redis = conn.client
-        self._listener: Listener | None = None
-        conn.on_wake = self._poke
+        self._waker = Waker()
+        #: One listener per server address, and where each followed feed listens.
+        self._listeners: dict[ListenerAddress, Listener] = {}
+        self._route: dict[FeedKey, ListenerAddress] = {}
+        conn.on_wake = self._waker.wake
         #: Feeds the previous read followed, and their stream keys (cached).
         self._followed: set[FeedKey] = set()
         self._stream_keys: dict[FeedKey, bytes] = {}
         self._feeds_by_key: dict[bytes, FeedKey] = {}
         self._last_sweep = 0.0
         self._last_verify = 0.0
-        #: Feeds whose channel the current listener's SUBSCRIBE Redis confirmed, and
-        #: joins waiting for one (see following).
+        #: Feeds whose channel a listener's SUBSCRIBE Redis confirmed, and joins waiting
+        #: for one (see following).
         self._confirmed: set[FeedKey] = set()
         self._waiters: dict[FeedKey, anyio.Event] = {}
 
@@ -46,14 +73,18 @@ class RedisLive(LiveFeed):
         # On the feed's own channel, marked so readers tell it from the append step's
         # item messages (which start with a digit).
         with self.conn.io("broadcast"):
-            await self._redis.publish(self._stream_key(feed), TRANSIENT_MARK + data)
+            channel = self._stream_key(feed)
+            if self.conn.cluster:
+                await self._redis.execute_command("SPUBLISH", channel, TRANSIENT_MARK + data)
+            else:
+                await self._redis.publish(channel, TRANSIENT_MARK + data)
 
     async def wake(self) -> None:
         await self.conn.wake()
 
     def close(self) -> None:
-        if self._listener is not None:
-            self._listener.close()
+        for listener in self._listeners.values():
+            listener.close()
 
     async def following(self, feed: FeedKey) -> None:
         if feed in self._confirmed:
@@ -73,25 +104,15 @@ class RedisLive(LiveFeed):
             if event is not None:
                 event.set()
 
-    def _poke(self) -> None:
-        if self._listener is not None:
-            self._listener.poke()
-
-    def _replace_listener(self) -> None:
-        """Drop the listening connection: the next read opens one to wherever the
-        server is now (after a failover, a new master)."""
-        listener, self._listener = self._listener, None
-        self._confirmed.clear()
-        if listener is not None:
+    def _replace_listeners(self) -> None:
+        """Drop every listening connection: the next read opens them to wherever the
+        servers are now (after a failover, a new master), and reads every feed."""
+        listeners, self._listeners = self._listeners, {}
+        for listener in listeners.values():
             listener.close()
-
-    #: Seconds between reads of every followed feed, whatever the notifications say:
-    #: a safety net for a notification lost in a reconnect.
-    SWEEP_SECONDS = 5.0
-    #: Seconds between checks that every followed feed still continues what this node
-    #: delivered (a loss that no publish and no reconnect reveals: a flush, another
-    #: node's failover handling), so followers are told within this long.
-    VERIFY_SECONDS = 5.0
+        self._route.clear()
+        self._followed = set()
+        self._confirmed.clear()
 
     def _stream_key(self, feed: FeedKey) -> bytes:
         key = self._stream_keys.get(feed)
@@ -105,12 +126,9 @@ class RedisLive(LiveFeed):
     ) -> dict[FeedKey, Batch]:
         """Take the items the append step published for the followed feeds.
 
-        The node subscribes to each followed feed's channel (one connection for all of
-        them); the append step publishes the new items there, so the live path reads no
-        stream at all.  Whatever cannot be taken from those messages is read from the
-        streams with one non-blocking ``XREAD``: feeds new to this node, a message that
-        does not continue the position (one was missed), and every followed feed on a
-        periodic sweep and after the listening connection was replaced.
+        Whatever cannot be taken from the messages is read from the streams: feeds new
+        to this node, a message that does not continue the position (one was missed),
+        and every followed feed on a periodic sweep and after a listener was replaced.
         """
         resets = {
             feed: Batch([], reset=self.conn.pending_resets.pop(feed))
@@ -125,7 +143,7 @@ class RedisLive(LiveFeed):
             if suspect:
                 # Another server (a restart, a failover): listen there, and check
                 # everything followed before reading on.
-                self._replace_listener()
+                self._replace_listeners()
             # Cleared first: a server change during the verify is verified next time.
             self.conn.suspect = False
             self._last_verify = now
@@ -134,9 +152,11 @@ class RedisLive(LiveFeed):
             except BaseException:
                 self.conn.suspect = True
                 raise
+            if self.feeds.deferred:
+                self._last_verify = now - self.VERIFY_SECONDS + self.VERIFY_RETRY_SECONDS
         if resets:
             return resets
-        with self.conn.io("read_new", within=block_ms / 1000 + self.conn.timeout):
+        with self.conn.io("read_new", within=block_ms / 1000 + 2 * self.conn.timeout):
             pushed, todo, stamps, transient = await self._listen(positions, block_ms)
         if len(self._stream_keys) > 2 * len(positions) + 1000:
             self._forget_keys(positions)
@@ -162,8 +182,8 @@ class RedisLive(LiveFeed):
         if not streams:
             return out
         with self.conn.io("read_new", "xread"):
-            reply = await self._redis.xread(streams, count=count)
-        for key, entries in reply or ():
+            reply = await self._xread(streams, count)
+        for key, entries in reply:
             feed = self._feeds_by_key[key]
             items = [stored_item(entry_id, fields) for entry_id, fields in entries]
             if self.feeds.continues(feed, items):
@@ -174,65 +194,142 @@ class RedisLive(LiveFeed):
                 out[feed] = Batch([], reset=await self.feeds.rebase(feed))
         return out
 
-    async def _listen(
-        self, positions: Mapping[FeedKey, Cursor], block_ms: int
-    ) -> tuple[
-        dict[FeedKey, list[StoredItem]],
-        set[FeedKey],
-        dict[FeedKey, float],
-        dict[FeedKey, list[tuple[int, bytes]]],
-    ]:
+    async def _xread(self, streams: dict[bytes, bytes], count: int) -> list[tuple[bytes, Any]]:
+        """New entries of each stream after its position: one XREAD (streams of one
+        server), or on a cluster one per stream in one pipeline (split by shard)."""
+        if not self.conn.cluster:
+            reply = await self._redis.xread(streams, count=count)
+            return list(reply or ())
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for key, position in streams.items():
+                pipe.execute_command(
+                    "XREAD", "COUNT", count, "STREAMS", key, position, **self.conn.routed(key)
+                )
+            replies = await pipe.execute()
+        return [entry for reply in replies for entry in reply or ()]
+
+    # -- listening -------------------------------------------------------------------------
+
+    async def _listener_at(self, address: ListenerAddress) -> Listener:
+        listener = self._listeners.get(address)
+        if listener is None:
+            listener = await connect_listener(
+                address, self.conn.timeout, waker=self._waker, sharded=self.conn.cluster
+            )
+            self._listeners[address] = listener
+        return listener
+
+    def _lost(self) -> bool:
+        """Drop failed listeners and the feeds they carried (listened to again and read
+        from their streams next); True if any failed."""
+        failed = [a for a, listener in self._listeners.items() if listener.failed is not None]
+        for address in failed:
+            self._listeners.pop(address).close()
+        if failed:
+            gone = {feed for feed, address in self._route.items() if address in failed}
+            for feed in gone:
+                del self._route[feed]
+            self._followed -= gone
+            self._confirmed -= gone
+        return bool(failed)
+
+    def _moved(self) -> bool:
+        """Channels a shard dropped by itself (their slot migrated): listen again where
+        they live now.  True if any moved."""
+        moved: set[FeedKey] = set()
+        for listener in self._listeners.values():
+            for channel in listener.take_dropped():
+                feed = self._feeds_by_key.get(channel)
+                if feed is not None:
+                    moved.add(feed)
+        for feed in moved:
+            self._route.pop(feed, None)
+        self._followed -= moved
+        self._confirmed -= moved
+        return bool(moved)
+
+    async def _listen(self, positions: Mapping[FeedKey, Cursor], block_ms: int) -> _Gathered:
         """Published items that continue each position, the feeds to read instead, the
         append time of each feed's newest published item, and transient messages."""
         now = anyio.current_time()
-        sweep = self._listener is None or now - self._last_sweep >= self.SWEEP_SECONDS
-        if self._listener is None:
-            address = await self.conn.listener_address()
-            self._listener = await connect_listener(address, self.conn.timeout)
-            self._followed = set()
-        listener = self._listener
+        lost = self._lost()
+        moved = self._moved()
+        if lost or moved:
+            # A listener lost (Redis may have moved) or channels migrated: ask the cluster
+            # who serves what now, and check the feeds before reading on.
+            self.conn.suspect = self.conn.suspect or lost
+            await self.conn.refresh_topology()
+        sweep = lost or not self._listeners or now - self._last_sweep >= self.SWEEP_SECONDS
         pushed: dict[FeedKey, list[StoredItem]] = {}
         todo: set[FeedKey] = set()
         stamps: dict[FeedKey, float] = {}
         transient: dict[FeedKey, list[tuple[int, bytes]]] = {}
         try:
-            if sweep or self.conn.woken or len(positions) != len(self._followed):
+            current = set(positions)
+            if sweep or moved or self.conn.woken or current != self._followed:
                 # The set of feeds changed: (un)subscribe, and read the new ones now.
                 self.conn.woken = False
-                current = set(positions)
                 added, removed = current - self._followed, self._followed - current
+                await self._subscribe(added)
+                self._unsubscribe(removed)
                 self._followed = current
-                if added:
-                    listener.subscribe([self._stream_key(f) for f in added])
-                    # Read the new feeds only once the subscriptions are in force, so
-                    # nothing published in between goes unseen.
-                    with anyio.fail_after(self.conn.timeout):
-                        await listener.confirmed()
-                    self._confirm(added)
-                if removed:
-                    listener.unsubscribe([self._stream_key(f) for f in removed])
-                    self._confirmed -= removed
                 todo = current if sweep else added
             if sweep:
                 self._last_sweep = now
                 return pushed, todo, stamps, transient
-            await self._gather(
-                listener, positions, pushed, todo, stamps, transient, now + block_ms / 1000
-            )
+            await self._gather(positions, pushed, todo, stamps, transient, now + block_ms / 1000)
         except BaseException as exc:
-            # The listening connection failed (or we were cancelled mid-read): start
-            # over with a fresh one, subscriptions and a full sweep.
-            self._listener = None
-            self._confirmed.clear()
-            listener.close()
+            # A listener failed (or we were cancelled mid-read): start over with fresh
+            # ones, subscriptions and a full sweep.
+            self._replace_listeners()
             if isinstance(exc, OSError):  # ListenerLost, a timeout: Redis may have moved
                 self.conn.suspect = True
             raise
         return pushed, todo, stamps, transient
 
+    async def _subscribe(self, feeds: set[FeedKey]) -> None:
+        """Listen to ``feeds`` on their servers; return once Redis confirmed it, so that
+        nothing published from then on goes unseen (the caller reads them now)."""
+        if not feeds:
+            return
+        by_address: dict[ListenerAddress, list[FeedKey]] = {}
+        if self.conn.cluster:
+            await self.conn.topology()
+            for feed in feeds:
+                address = self.conn.shard_of(self._stream_key(feed))
+                by_address.setdefault(address, []).append(feed)
+        else:
+            by_address[await self.conn.listener_address()] = list(feeds)
+        listeners = []
+        for address, group in by_address.items():
+            listener = await self._listener_at(address)
+            listener.subscribe([self._stream_key(f) for f in group])
+            for feed in group:
+                self._route[feed] = address
+            listeners.append(listener)
+        with anyio.fail_after(self.conn.timeout):
+            for listener in listeners:
+                await listener.confirmed()
+        self._confirm(feeds)
+
+    def _unsubscribe(self, feeds: set[FeedKey]) -> None:
+        by_address: dict[ListenerAddress, list[bytes]] = {}
+        for feed in feeds:
+            address = self._route.pop(feed, None)
+            if address is not None:
+                by_address.setdefault(address, []).append(self._stream_key(feed))
+        for address, channels in by_address.items():
+            listener = self._listeners.get(address)
+            if listener is not None:
+                listener.unsubscribe(channels)
+        self._confirmed -= feeds
+        # A shard none of our feeds live on any more: close its connection.
+        used = set(self._route.values())
+        for address in [a for a in self._listeners if a not in used]:
+            self._listeners.pop(address).close()
+
     async def _gather(
         self,
-        listener: Listener,
         positions: Mapping[FeedKey, Cursor],
         pushed: dict[FeedKey, list[StoredItem]],
         todo: set[FeedKey],
@@ -243,43 +340,64 @@ class RedisLive(LiveFeed):
         """Wait (at most until ``deadline``) for messages, then take all that are there."""
         seen: dict[FeedKey, Cursor] = {}
         for _ in range(1000):  # bounded; each round waits or takes messages
-            if not todo and not self.conn.woken:
-                await listener.wait(max(0.0, deadline - anyio.current_time()))
+            waiting = any(listener.messages for listener in self._listeners.values())
+            if not todo and not self.conn.woken and not waiting:
+                await self._waker.wait(max(0.0, deadline - anyio.current_time()))
             woken = self.conn.woken
-            for channel, payload in listener.take():
-                feed = self._feeds_by_key.get(channel)
-                if feed is None:
-                    continue
-                if payload.startswith(TRANSIENT_MARK):
-                    before = 0 if feed in todo else len(pushed.get(feed, ()))
-                    transient.setdefault(feed, []).append((before, payload[len(TRANSIENT_MARK) :]))
-                    continue
-                if feed in todo:
-                    continue
-                pos = seen.get(feed) or positions.get(feed)
-                if pos is None:
-                    continue
-                announced, appended = _announced(payload)
-                fresh = [
-                    i
-                    for i in announced
-                    if i.epoch > pos.epoch or (i.epoch == pos.epoch and i.offset > pos.offset)
-                ]
-                if not fresh:
-                    continue
-                first = fresh[0]
-                if (first.epoch == pos.epoch and first.offset == pos.offset + 1) or (
-                    first.epoch > pos.epoch and first.offset == 1
-                ):
-                    pushed.setdefault(feed, []).extend(fresh)
-                    seen[feed] = fresh[-1].cursor
-                    stamps[feed] = appended
-                else:
-                    todo.add(feed)  # something was missed: read the stream instead
-                    pushed.pop(feed, None)
-                    stamps.pop(feed, None)
+            for listener in list(self._listeners.values()):
+                if listener.failed is not None:
+                    raise listener.failed
+                if listener.dropped:
+                    woken = True  # channels moved: resubscribe them first
+                for channel, payload in listener.take():
+                    self._take(channel, payload, positions, pushed, todo, stamps, transient, seen)
             if pushed or todo or transient or woken or anyio.current_time() >= deadline:
                 return
+
+    def _take(
+        self,
+        channel: bytes,
+        payload: bytes,
+        positions: Mapping[FeedKey, Cursor],
+        pushed: dict[FeedKey, list[StoredItem]],
+        todo: set[FeedKey],
+        stamps: dict[FeedKey, float],
+        transient: dict[FeedKey, list[tuple[int, bytes]]],
+        seen: dict[FeedKey, Cursor],
+    ) -> None:
+        """One message of a feed's channel: transient, the next items, or a sign that
+        something was missed (the feed is read from its stream instead)."""
+        feed = self._feeds_by_key.get(channel)
+        if feed is None:
+            return
+        if payload.startswith(TRANSIENT_MARK):
+            before = 0 if feed in todo else len(pushed.get(feed, ()))
+            transient.setdefault(feed, []).append((before, payload[len(TRANSIENT_MARK) :]))
+            return
+        if feed in todo:
+            return
+        pos = seen.get(feed) or positions.get(feed)
+        if pos is None:
+            return
+        announced, appended = _announced(payload)
+        fresh = [
+            i
+            for i in announced
+            if i.epoch > pos.epoch or (i.epoch == pos.epoch and i.offset > pos.offset)
+        ]
+        if not fresh:
+            return
+        first = fresh[0]
+        if (first.epoch == pos.epoch and first.offset == pos.offset + 1) or (
+            first.epoch > pos.epoch and first.offset == 1
+        ):
+            pushed.setdefault(feed, []).extend(fresh)
+            seen[feed] = fresh[-1].cursor
+            stamps[feed] = appended
+        else:
+            todo.add(feed)  # something was missed: read the stream instead
+            pushed.pop(feed, None)
+            stamps.pop(feed, None)
 
     def _forget_keys(self, positions: Mapping[FeedKey, Cursor]) -> None:
         self._stream_keys = {f: k for f, k in self._stream_keys.items() if f in positions}
