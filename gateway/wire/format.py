@@ -12,7 +12,9 @@ from typing import Protocol
 
 from gateway.agui.fold import RunFold
 from gateway.cursor import Cursor
+from gateway.errors import GatewayError
 from gateway.feed import FeedKey, StoredItem
+from gateway.wire import sse
 
 #: Encodes the prelude events (compact JSON each) for a join at a cursor.
 PreludeEncoder = Callable[[FeedKey, Cursor, Sequence[bytes]], bytes]
@@ -62,12 +64,18 @@ class Format:
     it start with the items after the cursor.  ``encoder``, if given, makes the format
     stateful (its frames depend on the run so far, docs/contract.md D10): items are
     framed by an :class:`Encoder` built from the run's fold, not by ``frame``.
+    ``headers`` are the response headers of a stream in this format (SSE formats; the
+    SSE headers unless given).  ``error``, if given, encodes the in-band frame that ends
+    a stream the store failed after it started (the AI SDK ``error`` chunk); formats
+    without it just end.
     """
 
     __slots__ = (
         "encoder",
         "ends",
+        "error",
         "frame",
+        "headers",
         "name",
         "prelude",
         "restart",
@@ -86,6 +94,8 @@ class Format:
         transient: Callable[[FeedKey, bytes], bytes] | None = None,
         prelude: PreludeEncoder | None = None,
         encoder: EncoderFactory | None = None,
+        headers: Sequence[tuple[bytes, bytes]] | None = None,
+        error: Callable[[FeedKey, GatewayError], bytes] | None = None,
     ) -> None:
         self.name = name
         self.frame = frame
@@ -96,6 +106,8 @@ class Format:
         self.transient = transient
         self.prelude = prelude
         self.encoder = encoder
+        self.headers: list[tuple[bytes, bytes]] = list(sse.HEADERS if headers is None else headers)
+        self.error = error
 
     def __repr__(self) -> str:
         return f"Format({self.name!r})"
