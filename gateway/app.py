@@ -158,6 +158,7 @@ async def running(
         run_retention=settings.run_retention,
         run_finished_ttl=settings.run_finished_ttl_seconds,
         agui_strict=settings.agui_strict,
+        runs=backend.runs,
     )
     # One consumer per inbox, when the backend has inboxes.
     inboxes: list[Inbox] = []
@@ -221,6 +222,7 @@ async def running(
         cors=Cors(settings.cors_origins),
         connections=connections,
         ready=ready,
+        runs=backend.runs,
     )
     async with anyio.create_task_group() as tg:
         router = Router(ROUTES, services)

@@ -44,6 +44,7 @@ class Producer:
             run_retention=run_retention,
             run_finished_ttl=run_finished_ttl,
             agui_strict=agui_strict,
+            runs=backend.runs,
         )
 
     @classmethod

@@ -17,7 +17,7 @@ from gateway.http.server import Request
 from gateway.limits import ConnectionLimits, PublishRate
 from gateway.metrics import Metrics
 from gateway.publisher import Publisher
-from gateway.store.base import FeedStore
+from gateway.store.base import FeedStore, RunIndex
 
 Readiness = Callable[[], Awaitable[tuple[bool, str]]]
 
@@ -41,6 +41,8 @@ class Services:
     connections: Connections
     #: ``/readyz``: whether the node can serve, and why not.
     ready: Readiness
+    #: The latest run of each thread (the AI SDK reconnect route); None: not kept.
+    runs: RunIndex | None = None
 
     def principal(self, request: Request) -> Principal:
         """The caller, from ``Authorization: Bearer`` or the ``access_token`` query

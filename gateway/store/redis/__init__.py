@@ -13,6 +13,7 @@ from gateway.store.redis.feeds import RedisFeeds
 from gateway.store.redis.folds import RedisFolds
 from gateway.store.redis.inbox import RedisInboxQueue
 from gateway.store.redis.live import RedisLive
+from gateway.store.redis.runs import RedisRuns
 
 
 def redis_backend(
@@ -42,6 +43,7 @@ def redis_backend(
         live=live,
         folds=RedisFolds(conn),
         inbox=inbox,
+        runs=RedisRuns(conn),
         ping=conn.ping,
         close=close,
         name="redis",
@@ -54,5 +56,6 @@ __all__ = [
     "RedisFolds",
     "RedisInboxQueue",
     "RedisLive",
+    "RedisRuns",
     "redis_backend",
 ]
