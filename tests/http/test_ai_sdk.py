@@ -5,8 +5,11 @@ ai-sdk) and ``GET /v1/ui/ai-sdk/{agent}/{chat_id}/stream`` (uiAiSdkReconnect), o
 embedded log and on Redis.  Every stream is compared message by message (SSE id and
 chunk) with the pure translation (``gateway.dialects.ai_sdk``): from the start, live,
 resumed after every chunk id, resynced at event cursors; the cursors the run never
-issued are 400 ``invalid_cursor``; an older epoch and a trimmed position get the restart
-chunk in band; a store failure after the stream started is an ``error`` chunk.
+issued are 400 ``invalid_cursor``; an older epoch (a flush, and a redis-server of the
+test's own that restarts empty, with a follower connected) and a trimmed position get
+the restart chunk in band; a store failure after the stream started is an ``error``
+chunk.  A custom client reading one chunk per connection resumes by Last-Event-ID at
+every chunk boundary, across a node restart on the same Redis.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from tests.agui.runs import NESTED, RUN, THREAD
 from tests.dialects.runs import RUNS, long_run
 from tests.support.backends import lose
 from tests.support.node import auth, start_node
+from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.anyio
 
@@ -413,6 +417,53 @@ async def test_a_trimmed_position_gets_the_restart_chunk(trimming: Gateway) -> N
         after = f"{cursors[1010]}:0"
         _, got = await read(client, headers={"Last-Event-ID": after})
         assert got == translated(events[1011:], cursors[1011:], from_event(events, 1011))
+
+
+def restart_chunk(cursor: str) -> Message:
+    data = {"cursor": cursor}
+    return (cursor, {"type": "data-gateway-epoch-restarted", "data": data, "transient": True})
+
+
+async def retrying(call: Any) -> httpx.Response:
+    """A request to a node whose Redis just restarted: a 503 is retried (bounded; the
+    pool may hand out a connection to the old process once)."""
+    for _ in range(30):
+        r: httpx.Response = await call()
+        if r.status_code != 503:
+            return r
+    raise AssertionError(f"still 503: {r.text}")
+
+
+@pytest.mark.redis_admin
+async def test_after_redis_lost_its_data_the_stream_restarts_in_band() -> None:
+    with RedisServer(persistence=False) as server:
+        async with (
+            start_node(server.url, "gwtest:aisdk", read_block_ms=200) as node,
+            httpx.AsyncClient(base_url=node.url, timeout=10) as client,
+        ):
+            old = await publish(client, NESTED[:10])
+            with anyio.fail_after(30):
+                async with client.stream("GET", AI_SDK, headers=auth()) as follower:
+                    assert_ai_sdk_headers(follower)
+                    await anyio.to_thread.run_sync(server.stop)
+                    await anyio.to_thread.run_sync(server.start)  # same port, empty
+                    # The index went with the data: nothing to resume yet.
+                    r = await retrying(lambda: get(client, reconnect_path(), auth()))
+                    assert r.status_code == 204
+                    r = await retrying(lambda: client.post(AG_UI, json=NESTED[:3], headers=auth()))
+                    assert r.status_code == 200, r.text
+                    new: list[str] = r.json()["cursors"]
+                    got = parse(await follower.aread())
+            new_epoch = parse_cursor(new[0]).epoch
+            assert new_epoch > parse_cursor(old[0]).epoch
+            # The follower got every chunk of the lost epoch once, then the restart.
+            assert got == [*translated(NESTED[:10], old), restart_chunk(f"{new_epoch}:0"), DONE]
+            # A client holding an id of the lost epoch is told the same.
+            _, got = await read(client, headers={"Last-Event-ID": f"{old[4]}:0"})
+            assert got == [restart_chunk(f"{new_epoch}:0"), DONE]
+            # The run started again: it is the chat's latest run once more.
+            async with client.stream("GET", reconnect_path(), headers=auth()) as r:
+                assert_ai_sdk_headers(r)
 
 
 def from_event(events: list[Json], k: int) -> AiSdkTranslator:
