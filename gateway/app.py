@@ -168,6 +168,7 @@ async def running(
         run_finished_ttl=settings.run_finished_ttl_seconds,
         agui_strict=settings.agui_strict,
         activity=activity,
+        runs=backend.runs,
     )
     # One consumer per inbox, when the backend has inboxes.
     inboxes: list[Inbox] = []
@@ -218,6 +219,7 @@ async def running(
         connections=connections,
         ready=ready,
         index=backend.index,
+        runs=backend.runs,
     )
     async with anyio.create_task_group() as tg:
         router = Router(ROUTES, services)

@@ -47,6 +47,7 @@ class Producer:
             agui_strict=agui_strict,
             # No loop of its own: each feed is written to the index at most once a second.
             activity=None if backend.index is None else FeedActivity(backend.index),
+            runs=backend.runs,
         )
 
     @classmethod

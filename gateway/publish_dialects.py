@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Final
 
 import anyio
@@ -143,8 +143,11 @@ class DialectRuns:
         run_retention: int,
         run_finished_ttl: float,
         max_states: int = MAX_STATES,
+        on_run: Callable[[FeedKey, bool, bool], Awaitable[None]] | None = None,
     ) -> None:
         self.feeds = feeds
+        #: Told after each append ``(feed, started, ended)``: the latest-run index.
+        self.on_run = on_run
         self.folds = folds
         self.run_retention = run_retention
         self.run_finished_ttl = run_finished_ttl
@@ -451,6 +454,10 @@ class DialectRuns:
             )
         if terminal and self.run_finished_ttl > 0:
             await self.feeds.expire(feed, self.run_finished_ttl)
+        if self.on_run is not None:
+            # A run feed that was empty starts with its RUN_STARTED (SparkTide's first
+            # event; A2UI needs a started run and never starts one).
+            await self.on_run(feed, head is None or head.head == 0, terminal)
         try:
             await self.folds.persist(feed, result.state, self.run_retention)
         except GatewayError as exc:

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import enum
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -31,7 +32,7 @@ from gateway.feed import (
 from gateway.metrics import Metrics
 from gateway.publish_dialects import Authorize, DialectRuns
 from gateway.runstream import check_messages, seq_key
-from gateway.store.base import FeedStore, LiveFeed
+from gateway.store.base import FeedStore, LiveFeed, RunIndex
 from gateway.validate import validate_team_publish
 from gateway.wire.teamitem import team_payload
 
@@ -71,6 +72,7 @@ class Publisher:
         run_finished_ttl: float = 3600.0,
         agui_strict: bool = False,
         activity: FeedActivity | None = None,
+        runs: RunIndex | None = None,
     ) -> None:
         self.feeds = feeds
         self.live = live
@@ -86,8 +88,14 @@ class Publisher:
         #: appends (not of run streams, which are not listed).
         self.activity = activity
         #: SparkTide and A2UI into run feeds (one writer per run on this node).
+        #: The latest run of each thread (contract D10), if the backend keeps one.
+        self.runs = runs
         self.dialects = DialectRuns(
-            feeds, folds, run_retention=run_retention, run_finished_ttl=run_finished_ttl
+            feeds,
+            folds,
+            run_retention=run_retention,
+            run_finished_ttl=run_finished_ttl,
+            on_run=None if runs is None else self._dialect_run,
         )
 
     async def publish_team_json(
@@ -239,7 +247,8 @@ class Publisher:
         ``idempotency_key`` makes a retried request safe: the same key with the same
         events answers the first cursors again, with other events 409.  A run's
         RUN_FINISHED or RUN_ERROR starts its grace period (``run_finished_ttl``), after
-        which the feed is deleted.
+        which the feed is deleted.  A RUN_STARTED makes the run its thread's latest
+        (``runs``, after the append: a step of its own).
         """
         try:
             if admit is not None:
@@ -269,8 +278,12 @@ class Publisher:
             result = await self.feeds.append(
                 feed, new, retention=self.run_retention, align=FOLD_BLOCK
             )
-            if self.run_finished_ttl > 0 and any(e["type"] in TERMINAL for e in events):
+            ended = any(e["type"] in TERMINAL for e in events)
+            if self.run_finished_ttl > 0 and ended:
                 await self.feeds.expire(feed, self.run_finished_ttl)
+            if self.runs is not None:
+                started = any(e["type"] == "RUN_STARTED" for e in events)
+                await self._index_run(tenant, thread_id, run_id, started=started, ended=ended)
             try:
                 await self.folds.persist(feed, result.state, self.run_retention)
             except GatewayError as exc:
@@ -283,6 +296,27 @@ class Publisher:
             await self.activity.record(feed)
         self.metrics.published.labels(kind="run", path=via.value).inc(len(new))
         return result.cursors
+
+    async def _dialect_run(self, feed: FeedKey, started: bool, ended: bool) -> None:
+        thread_id, run_id = feed.id.split("/", 1)
+        await self._index_run(feed.tenant, thread_id, run_id, started=started, ended=ended)
+
+    async def _index_run(
+        self, tenant: str, thread_id: str, run_id: str, *, started: bool, ended: bool
+    ) -> None:
+        """Keep the latest-run index: a started run becomes its thread's latest; an
+        ended one's entry gets the run feed's grace period (contract D10)."""
+        assert self.runs is not None
+        try:
+            if started:
+                await self.runs.record_run(tenant, thread_id, run_id, time.time())
+            if ended and self.run_finished_ttl > 0:
+                await self.runs.expire_run(tenant, thread_id, run_id, self.run_finished_ttl)
+        except GatewayError as exc:
+            # Appended all the same (failing the request would make a retry without an
+            # Idempotency-Key append the events again); the index keeps its previous
+            # entry for the thread (docs/storage.md).
+            log.warning("keeping the thread's latest run failed", error=exc.message)
 
     async def _check_request_key(self, feed: FeedKey, key: str, n: int) -> None:
         """A retained ``Idempotency-Key`` must come back with as many events (the events

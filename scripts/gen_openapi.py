@@ -44,6 +44,10 @@ FEEDS = "/v1/feeds"
 #: Page sizes of GET /v1/feeds (gateway.http.feeds; a test checks they agree).
 FEEDS_DEFAULT_LIMIT = 20
 FEEDS_MAX_LIMIT = 100
+RUN_AI_SDK = "/v1/threads/{thread_id}/runs/{run_id}/ui/ai-sdk"
+AI_SDK_RECONNECT = "/v1/ui/ai-sdk/{agent}/{chat_id}/stream"
+#: An AI SDK chunk id E:O:K, or a feed cursor E:O (contract D10).
+CHUNK_ID_PATTERN = "^[0-9]+:[0-9]+(:[0-9]+)?$"
 #: Thread and run ids of run feeds (contract D1; gateway.feed, a test checks they agree).
 RUN_PART_PATTERN = "^[A-Za-z0-9_.-]{1,128}$"
 #: Longest Idempotency-Key of a run publish (gateway.producer; a test checks it).
@@ -68,9 +72,11 @@ SEED_ROOTS = (
     "ag-ui-1",
     "ag-ui-1_RunAgentInput",
     "SseMessage",
+    "ai-sdk-ui",
+    "ChatKey",
 )
 #: Seed response components copied as they are (the seed 4XX responses of its routes).
-SEED_RESPONSES = ("SubscribeTeamError", "SubscribeRunError")
+SEED_RESPONSES = ("SubscribeTeamError", "SubscribeRunError", "UiCursorError", "UiReconnectError")
 
 
 # -- the seed -----------------------------------------------------------------------------
@@ -1133,6 +1139,214 @@ def list_feeds(known: set[str]) -> dict[str, Any]:
     }
 
 
+# -- the AI SDK UI message stream (contract D10) ------------------------------------------
+
+AI_SDK_INFO = f"""
+
+**The AI SDK UI message stream** (D10). `GET {RUN_AI_SDK}` follows a run feed as Vercel \
+AI SDK UI message stream v1 chunks (the seed's `uiRunFrames` with protocol `ai-sdk`) and \
+`GET {AI_SDK_RECONNECT}` is the seed's `uiAiSdkReconnect` (`useChat({{resume: true}})`): \
+the same run feeds, translated (docs/dialects/ai-sdk.md). Chunk ids are `E:O:K` (feed \
+epoch, offset of the event, index of the chunk), a departure from the seed's \
+`<seq>:<k>`."""
+
+AI_SDK_GET_DESCRIPTION = f"""\
+Follow a run feed as the Vercel AI SDK UI message stream v1 (contract D10): the seed's \
+`uiRunFrames` with protocol `ai-sdk`, for custom clients and for `readUIMessageStream`.
+
+Each published AG-UI event becomes the AI SDK chunks of the translation table of \
+docs/dialects/ai-sdk.md (one run is one assistant UIMessage, id `run:<thread_id>:<run_id>`); \
+every `data:` is one `ai-sdk-ui` chunk as compact one-line JSON. Chunk K (from 0) of the \
+event at feed cursor `<epoch>:<offset>` has the SSE id `<epoch>:<offset>:<K>`. The stream \
+is live and ends with `data: [DONE]` after the run's RUN_FINISHED or RUN_ERROR chunks. \
+Framing uses LF only; `: keepalive` after GATEWAY_KEEPALIVE_SECONDS of silence.
+
+- The cursor is the `Last-Event-ID` header, else the `after` query parameter; the header \
+wins when both are sent. None: the run from its start (if retention trimmed the start, a \
+compact replay of the run where retention begins comes first). A chunk id \
+`<epoch>:<offset>:<K>`: chunk K+1 of that event, then the events after it. A feed cursor \
+`<epoch>:<offset>`: a resync, the compact replay of the run at that event (`start`, \
+`reset-step`, every part with at most one delta, the state), then the events after it. \
+Compact replay chunks carry no `id:`.
+- 400 invalid_cursor: a malformed cursor (anything but `{CHUNK_ID_PATTERN}`, or a number \
+above 9007199254740991), a later epoch than the feed's, an offset past the head, a chunk \
+index the event does not have, or a chunk of offset 0.
+- A cursor that cannot continue (an older epoch, or a position retention trimmed) gets \
+one chunk `{{"type": "data-gateway-epoch-restarted", "data": {{"cursor": \
+"<epoch>:<offset>"}}, "transient": true}}` with that cursor as its SSE id, then \
+`data: [DONE]`, and the stream closes; reconnecting with that cursor resyncs there.
+- Errors found before the stream starts are JSON. A store failure after it started is an \
+`{{"type": "error", "errorText": "<code>: <message>"}}` chunk (no id) and `data: [DONE]`; \
+the client resumes from its last chunk id. When the gateway ends a stream for its own \
+reasons (drain, token expiry, a slow client) it just closes it.
+- Needs the `subscribe` scope (401 without it). No such run, another tenant's run, a \
+thread outside the token's `threads` claim and a malformed id answer the same 404. Any \
+other `{{protocol}}` than `ai-sdk` and `ag-ui` is no route: 404 not_found (seed rule 31).
+
+**Where this departs from the seed's uiRunFrames** (D10): the frame id is `E:O:K` rather \
+than `<seq>:<k>`, since an id without the feed epoch cannot tell that the feed lost its \
+history; the stream is live and ends with `[DONE]`."""
+
+AI_SDK_RECONNECT_DESCRIPTION = """\
+Resume a chat's stream: `useChat({resume: true})`, through `DefaultChatTransport.\
+reconnectToStream` (`GET {api}/{chatId}/stream`), contract D10; the seed's \
+`uiAiSdkReconnect`.
+
+- A chat id is a thread id (the seed's ChatKey is the AG-UI threadId). The gateway keeps \
+each thread's latest run: the run whose RUN_STARTED was published last on the thread.
+- While that run is going: 200, the run from its start as a compact replay (`start`, \
+`reset-step`, at most one delta per part so far, the state; no ids), then its chunks live \
+(ids `<epoch>:<offset>:<K>`), ended by `data: [DONE]` after the run's end. The client's \
+message equals that of a client that saw every chunk; it replaces the chat's message of \
+the same id (`run:<thread_id>:<run_id>`) instead of adding one.
+- 204 once the run ended (and when the chat has no run): the chat stays as it is. \
+Another tenant's chat, and a thread outside the token's `threads` claim, answer exactly \
+like a chat without a run.
+- 400 invalid_request for a chat id that does not match `^[A-Za-z0-9_.-]{1,128}$`; 401 \
+without a token or without the `subscribe` scope. `{agent}` is not checked (the gateway \
+has no agents and never starts a run: sending messages goes to the application's own \
+backend). A store failure after the stream started is an `error` chunk, then `[DONE]`.
+
+**Where this departs from the seed**: none in behaviour; the gateway never answers 404 \
+here (a chat the caller may not read is 204) and adds 429 and 503."""
+
+
+def ai_sdk_headers() -> dict[str, Any]:
+    return {
+        **sse_headers(),
+        "x-vercel-ai-ui-message-stream": {
+            "description": "Always `v1`: the AI SDK UI message stream protocol version.",
+            "schema": {"type": "string", "const": "v1"},
+        },
+    }
+
+
+def ai_sdk_stream_ok(what: str) -> dict[str, Any]:
+    return {
+        "description": what,
+        "headers": ai_sdk_headers(),
+        "content": {
+            "text/event-stream": {"schema": {"type": "string"}, "x-sse-data": ref("ai-sdk-ui")}
+        },
+    }
+
+
+def chunk_cursor_params() -> list[dict[str, Any]]:
+    """``after``, ``Last-Event-ID`` and ``access_token`` of the AI SDK stream."""
+    return [
+        {
+            "name": "after",
+            "in": "query",
+            "required": False,
+            "description": (
+                "Resume after this chunk id `<epoch>:<offset>:<K>` (the next chunk follows), "
+                "or resync at this cursor `<epoch>:<offset>`. The Last-Event-ID header wins "
+                "when both are sent."
+            ),
+            "schema": ref("AiSdkCursor"),
+        },
+        {
+            "name": "Last-Event-ID",
+            "in": "header",
+            "required": False,
+            "description": (
+                "The id of the last chunk received, which EventSource-style clients send "
+                "when they reconnect; the same forms as `after`. It wins when `after` is "
+                "sent too."
+            ),
+            "schema": ref("AiSdkCursor"),
+        },
+        access_token_param(),
+    ]
+
+
+def run_ai_sdk_get(known: set[str]) -> dict[str, Any]:
+    codes = ["invalid_cursor", "unauthenticated", "not_found", "rate_limited", "unavailable"]
+    responses = {
+        "200": ai_sdk_stream_ok(
+            "AI SDK UI message stream v1 chunks of the run: `id: <epoch>:<offset>:<K>` and "
+            "one `data:` line per chunk (compact replay chunks without ids), ended by "
+            "`data: [DONE]` after the run's end."
+        ),
+        **stream_errors(
+            known,
+            error_response(
+                "invalid_cursor: a malformed cursor or chunk id, a number above "
+                "9007199254740991, a later epoch than the feed's, an offset past the head, "
+                "a chunk index the event does not have, or a chunk of offset 0.",
+                ["invalid_cursor"],
+                known,
+            ),
+            no_such_run(
+                "A run feed is gone GATEWAY_RUN_FINISHED_TTL_SECONDS after its terminal event."
+            ),
+        ),
+        "4XX": {"$ref": "#/components/responses/UiCursorError"},
+    }
+    return {
+        "tags": ["run feeds"],
+        "summary": "Follow a run feed (AI SDK UI message stream)",
+        "description": AI_SDK_GET_DESCRIPTION,
+        "operationId": "subscribeRunAiSdk",
+        "x-error-codes": codes,
+        "security": [{"bearer": []}, {"accessToken": []}],
+        "parameters": [
+            *run_params(
+                "The run's thread (any id matching the pattern).",
+                "The run (any id matching the pattern).",
+            ),
+            *chunk_cursor_params(),
+        ],
+        "responses": dict(sorted(responses.items())),
+    }
+
+
+def ai_sdk_reconnect(seed: dict[str, Any], known: set[str]) -> dict[str, Any]:
+    """The seed's uiAiSdkReconnect as the gateway serves it."""
+    op = copy.deepcopy(seed["paths"][AI_SDK_RECONNECT]["get"])
+    params = {p["name"]: p for p in op["parameters"]}
+    agent, chat = params["agent"], params["chat_id"]
+    agent["description"] = "Any non-empty name: not checked (the gateway has no agents)."
+    chat["description"] = "The chat key: the thread id whose latest run is resumed (useChat's id)."
+    seed_ok = op["responses"]["200"]
+    ok = ai_sdk_stream_ok(seed_ok["description"])
+    ok["headers"]["x-vercel-ai-ui-message-stream"]["schema"] = copy.deepcopy(
+        seed_ok["headers"]["x-vercel-ai-ui-message-stream"]["schema"]
+    )
+    ok["content"] = copy.deepcopy(seed_ok["content"])
+    errors = stream_errors(
+        known,
+        error_response(
+            "invalid_request: the chat id does not match ^[A-Za-z0-9_.-]{1,128}$.",
+            ["invalid_request"],
+            known,
+        ),
+        "",
+    )
+    del errors["404"]  # a chat the caller may not read is answered like one without a run
+    responses = {
+        "200": ok,
+        "204": {
+            "description": (
+                op["responses"]["204"]["description"]
+                + " Also for another tenant's chat and a thread outside the token's "
+                "threads claim (byte-identical)."
+            )
+        },
+        **errors,
+        "4XX": op["responses"]["4XX"],
+    }
+    return {
+        "tags": ["run feeds"],
+        "summary": "Resume a chat's stream (useChat resume)",
+        "description": AI_SDK_RECONNECT_DESCRIPTION,
+        "operationId": op["operationId"],
+        "x-error-codes": ["unauthenticated", "invalid_request", "rate_limited", "unavailable"],
+        "parameters": [agent, chat],
+        "responses": dict(sorted(responses.items())),
+    }
+
+
 def operational_paths() -> dict[str, Any]:
     def get(op_id: str, summary: str, description: str, responses: dict[str, Any]) -> Any:
         return {
@@ -1331,6 +1545,16 @@ def gateway_schemas() -> dict[str, Any]:
                 "head": {"type": "string", "pattern": CURSOR_PATTERN},
                 "updated_ms": {"type": "integer", "minimum": 0},
             },
+        },
+        "AiSdkCursor": {
+            "description": (
+                "Where an AI SDK stream resumes (contract D10): a chunk id "
+                "`<epoch>:<offset>:<K>` (after chunk K of the event at that feed cursor) or a "
+                "feed cursor `<epoch>:<offset>` (a resync there). Every part at most "
+                "9007199254740991; leading zeros are accepted."
+            ),
+            "type": "string",
+            "pattern": CHUNK_ID_PATTERN,
         },
         "HealthBody": {
             "description": "The answer of GET /healthz.",
@@ -1707,7 +1931,7 @@ def build(seed: dict[str, Any] | None = None) -> dict[str, Any]:
         "info": {
             "title": "agent gateway",
             "version": "1",
-            "description": INFO_DESCRIPTION,
+            "description": INFO_DESCRIPTION + AI_SDK_INFO,
         },
         "jsonSchemaDialect": seed["jsonSchemaDialect"],
         "servers": [
@@ -1734,6 +1958,8 @@ def build(seed: dict[str, Any] | None = None) -> dict[str, Any]:
             FEEDS: {"get": list_feeds(known)},
             SPARKTIDE_EVENTS: {"post": sparktide_post(known)},
             RUN_A2UI: {"post": a2ui_post(known)},
+            RUN_AI_SDK: {"get": run_ai_sdk_get(known)},
+            AI_SDK_RECONNECT: {"get": ai_sdk_reconnect(seed, known)},
             **operational_paths(),
         },
         "components": {

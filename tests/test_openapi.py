@@ -40,6 +40,8 @@ RUN_UI = "/v1/threads/{thread_id}/runs/{run_id}/ui/ag-ui"
 RUN_EVENTS = "/v1/threads/{thread_id}/runs/{run_id}/events"
 AGENT_UI = "/v1/ui/ag-ui/{agent}"
 FEEDS = "/v1/feeds"
+RUN_AI_SDK = "/v1/threads/{thread_id}/runs/{run_id}/ui/ai-sdk"
+AI_SDK_RECONNECT = "/v1/ui/ai-sdk/{agent}/{chat_id}/stream"
 #: What the seed's dump lost from its cursor texts; the route texts restore it.
 RESTORED = "`<epoch>:<offset>`"
 BASE = "urn:gateway-openapi"
@@ -281,8 +283,9 @@ def test_every_error_response_accepts_exactly_its_codes(
         seen += 1
     # Team GET: 400 401 404 429 4XX 500 503; team POST: ten; run feed GET: six;
     # run feed POST: ten; subscribeRun: seven; publishRunEvents: ten; attach: eight;
-    # listFeeds: five; publishSparkTide, publishA2ui: ten each.
-    assert seen == 7 + 10 + 6 + 10 + 7 + 10 + 8 + 5 + 10 + 10
+    # listFeeds: five; publishSparkTide, publishA2ui: ten each;
+    # the AI SDK stream: six and the seed's 4XX; the AI SDK reconnect: five and the 4XX.
+    assert seen == 7 + 10 + 6 + 10 + 7 + 10 + 8 + 5 + 10 + 10 + 7 + 6
 
 
 def test_gateway_error_codes_are_the_additions(doc: dict[str, Any], seed: dict[str, Any]) -> None:
@@ -304,6 +307,8 @@ ROUTES = {
     FEEDS: {"get"},
     "/v1/sparktide/events": {"post"},
     "/v1/threads/{thread_id}/runs/{run_id}/a2ui": {"post"},
+    RUN_AI_SDK: {"get"},
+    AI_SDK_RECONNECT: {"get"},
     "/healthz": {"get"},
     "/readyz": {"get"},
     "/metrics": {"get"},
@@ -351,7 +356,7 @@ def test_every_route_is_documented(doc: dict[str, Any]) -> None:
 
 def test_operation_ids_are_unique(doc: dict[str, Any], seed: dict[str, Any]) -> None:
     ids = [op["operationId"] for item in doc["paths"].values() for op in item.values()]
-    assert len(ids) == len(set(ids)) == 14
+    assert len(ids) == len(set(ids)) == 16
     ours = {
         (path, method): op["operationId"]
         for path, item in doc["paths"].items()
@@ -364,6 +369,8 @@ def test_operation_ids_are_unique(doc: dict[str, Any], seed: dict[str, Any]) -> 
     assert ours[(RUN_EVENTS, "post")] == "publishRunEvents"
     assert ours[("/v1/sparktide/events", "post")] == "publishSparkTide"
     assert ours[("/v1/threads/{thread_id}/runs/{run_id}/a2ui", "post")] == "publishA2ui"
+    assert ours[(RUN_AI_SDK, "get")] == "subscribeRunAiSdk"
+    assert ours[(AI_SDK_RECONNECT, "get")] == "uiAiSdkReconnect"
     # Only the operations that are the seed's carry a seed operation id.
     seed_ids = {
         op["operationId"]: (path, method)
@@ -817,3 +824,78 @@ def test_a2ui_publish_body(registry: Registry[Any]) -> None:
     assert not body.is_valid({**create("s"), "version": "v0.9"})
     assert not body.is_valid({"createSurface": {"surfaceId": "s"}})
     assert not body.is_valid({"updateComponents": {"surfaceId": "s", "components": [{}]}})
+
+
+# -- the AI SDK routes (contract D10) ----------------------------------------------------
+
+
+def test_ai_sdk_routes_say_what_d10_says(doc: dict[str, Any], seed: dict[str, Any]) -> None:
+    chunks = {"$ref": "#/components/schemas/ai-sdk-ui"}
+    stream = {status: [code] for status, code in STREAM_CODES.items()}
+    get = doc["paths"][RUN_AI_SDK]["get"]
+    reconnect = doc["paths"][AI_SDK_RECONNECT]["get"]
+    for op in (get, reconnect):
+        ok = op["responses"]["200"]
+        assert ok["content"] == {
+            "text/event-stream": {"schema": {"type": "string"}, "x-sse-data": chunks}
+        }
+        assert ok["headers"]["x-vercel-ai-ui-message-stream"]["schema"]["const"] == "v1"
+        assert ok["headers"]["Cache-Control"]["schema"]["const"] == "no-cache"
+    assert get["security"] == [{"bearer": []}, {"accessToken": []}]
+    assert "security" not in reconnect  # the document's bearer: the transport sets headers
+    # The committed route: the chunk-id cursor, and the errors of a run stream.
+    assert _statuses(get) == {"400": ["invalid_cursor"], **stream}
+    assert get["responses"]["4XX"] == {"$ref": "#/components/responses/UiCursorError"}
+    params = _params(get)
+    assert list(params) == ["thread_id", "run_id", "after", "Last-Event-ID", "access_token"]
+    cursor = {"$ref": "#/components/schemas/AiSdkCursor"}
+    assert params["after"]["schema"] == params["Last-Event-ID"]["schema"] == cursor
+    assert "wins" in params["Last-Event-ID"]["description"]
+    pattern = doc["components"]["schemas"]["AiSdkCursor"]["pattern"]
+    for good in ("1:2:3", "1:2", "0:0", "007:1:00"):
+        assert re.search(pattern, good), good
+    for bad in ("1", "1:2:3:4", "a:1", "1:2:", "1-2", " 1:2"):
+        assert not re.search(pattern, bad), bad
+    text = get["description"]
+    for phrase in (
+        "`<epoch>:<offset>:<K>`",
+        "data: [DONE]",
+        "data-gateway-epoch-restarted",
+        '"type": "error"',
+        "uiRunFrames",
+        "`<seq>:<k>`",
+        "seed rule 31",
+    ):
+        assert phrase in text, phrase
+    # The reconnect route is the seed's uiAiSdkReconnect: same path, operation, 200 and
+    # 204 texts, 4XX; it never answers 404 (a chat the caller may not read is 204).
+    theirs = seed["paths"][AI_SDK_RECONNECT]["get"]
+    assert reconnect["operationId"] == theirs["operationId"] == "uiAiSdkReconnect"
+    assert reconnect["responses"]["200"]["description"] == theirs["responses"]["200"]["description"]
+    assert reconnect["responses"]["204"]["description"].startswith(
+        theirs["responses"]["204"]["description"]
+    )
+    assert "content" not in reconnect["responses"]["204"]
+    assert reconnect["responses"]["4XX"] == theirs["responses"]["4XX"]
+    assert _statuses(reconnect) == {
+        "400": ["invalid_request"],
+        **{s: c for s, c in stream.items() if s != "404"},
+    }
+    params = _params(reconnect)
+    assert list(params) == ["agent", "chat_id"]
+    assert params["chat_id"]["schema"] == {"$ref": "#/components/schemas/ChatKey"}
+    chat_key = doc["components"]["schemas"]["ChatKey"]["pattern"]
+    assert chat_key == gen.RUN_PART_PATTERN  # a chat id is a thread id
+    for name in ("UiCursorError", "UiReconnectError"):
+        assert doc["components"]["responses"][name] == seed["components"]["responses"][name]
+    for phrase in ("thread id", "latest run", "204", "compact replay", "`{agent}` is not"):
+        assert phrase in reconnect["description"], phrase
+
+
+def test_the_ai_sdk_chunk_schema_is_the_seeds(registry: Registry[Any]) -> None:
+    check = component(registry, "ai-sdk-ui")
+    check.validate({"type": "text-delta", "id": "m1", "delta": "hi"})
+    check.validate({"type": "data-gateway-epoch-restarted", "data": {"cursor": "1:0"}})
+    check.validate({"type": "error", "errorText": "unavailable: redis unavailable"})
+    assert not check.is_valid({"type": "text-delta", "id": "m1"})
+    assert not check.is_valid({"type": "error"})

@@ -128,6 +128,12 @@ def unnumbered_frames(chunks: Iterable[Chunk]) -> bytes:
     return b"".join(frame(chunk) for chunk in chunks)
 
 
+def error_frame(text: str) -> bytes:
+    """The end of a stream that failed after it started: an ``error`` chunk without an
+    id (the client's cursor stays where it was), then ``[DONE]``."""
+    return frame({"type": "error", "errorText": text}) + DONE
+
+
 def restart_chunk(cursor: Cursor) -> Chunk:
     """The in-band announcement that the client's cursor cannot continue (see above)."""
     return {"type": RESTART_TYPE, "data": {"cursor": str(cursor)}, "transient": True}

@@ -137,10 +137,16 @@ class Driver:
             if position.offset == 0:
                 raise InvalidCursor("cursor: there is no item at offset 0")
             before = Cursor(position.epoch, position.offset - 1)
-            encoder = fmt.encoder(feed, await self.folds.at(feed, before))
             items = await self.folds.feeds.read(feed, before, 1)
+            if items and items[0].epoch == position.epoch and items[0].offset > position.offset:
+                # Retention trimmed the item the client is in the middle of: its rest is
+                # gone, so the client resyncs where the feed is complete (D2, trimmed).
+                sub.restarted(Cursor(position.epoch, items[0].offset - 1))
+                self.metrics.epoch_restarts.inc()
+                return
             if not items or items[0].cursor != position:
                 raise InvalidCursor("cursor: that item is no longer retained")
+            encoder = fmt.encoder(feed, await self.folds.at(feed, before))
             self.prelude = encoder.frame(feed, items[0], after=after_piece)
         sub.encoder = encoder
         if encoder.ended and fmt.ends is not None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.http import console, dialects, feeds, ops, runs, teams, websocket
+from gateway.http import aisdk, console, dialects, feeds, ops, runs, teams, websocket
 from gateway.http.router import Route
 
 FOLLOW_OR_PUBLISH = "use GET to follow or POST to publish"
@@ -24,6 +24,13 @@ ROUTES: tuple[Route, ...] = (
         preflight=b"GET",
     ),
     Route(
+        "run_ai_sdk",
+        "/v1/threads/{thread_id}/runs/{run_id}/ui/ai-sdk",
+        {"GET": aisdk.follow},
+        ONLY_GET,
+        preflight=b"GET",
+    ),
+    Route(
         "run_events",
         "/v1/threads/{thread_id}/runs/{run_id}/events",
         {"GET": runs.follow_stream, "POST": runs.publish_stream},
@@ -38,6 +45,13 @@ ROUTES: tuple[Route, ...] = (
         preflight=b"POST",
     ),
     Route("feeds", "/v1/feeds", {"GET": feeds.list_feeds}, ONLY_GET, preflight=b"GET"),
+    Route(
+        "ai_sdk_reconnect",
+        "/v1/ui/ai-sdk/{agent}/{chat_id}/stream",
+        {"GET": aisdk.reconnect},
+        ONLY_GET,
+        preflight=b"GET",
+    ),
     Route(
         "ws",
         "/v1/ws",

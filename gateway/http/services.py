@@ -17,7 +17,7 @@ from gateway.http.server import Request
 from gateway.limits import ConnectionLimits, PublishRate
 from gateway.metrics import Metrics
 from gateway.publisher import Publisher
-from gateway.store.base import FeedIndex, FeedStore
+from gateway.store.base import FeedIndex, FeedStore, RunIndex
 
 Readiness = Callable[[], Awaitable[tuple[bool, str]]]
 
@@ -43,6 +43,8 @@ class Services:
     ready: Readiness
     #: The tenants' recently active feeds (``GET /v1/feeds``); None: not kept.
     index: FeedIndex | None = None
+    #: The latest run of each thread (the AI SDK reconnect route); None: not kept.
+    runs: RunIndex | None = None
 
     def principal(self, request: Request) -> Principal:
         """The caller, from ``Authorization: Bearer`` or the ``access_token`` query

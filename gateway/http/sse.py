@@ -1,8 +1,9 @@
 """The SSE transport: one subscription per HTTP response, driven by the shared driver.
 
-This adapter only starts the ``200 text/event-stream`` response, counts and logs the
-connection, gives the driver the stream to write to, and sends ``: keepalive`` on
-silence; everything about the subscription itself is the driver's.
+This adapter only starts the ``200 text/event-stream`` response (with the format's
+headers), counts and logs the connection, gives the driver the stream to write to, sends
+``: keepalive`` on silence, and ends a stream the store failed with the format's error
+frame if it has one; everything about the subscription itself is the driver's.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from gateway.errors import NotFound
 from gateway.fanout.driver import Driver, EndReason
 from gateway.fanout.outbox import Outbox
 from gateway.fanout.policy import Overflows
+from gateway.fanout.subscription import SubState
 from gateway.feed import FeedKey
 from gateway.http.server import Request, Responder, Stream, connection_id
 from gateway.http.services import Services
@@ -51,9 +53,14 @@ async def serve(
     fmt: Format,
     *,
     not_found: str = NO_SUCH_FEED,
+    after_piece: int | None = None,
+    if_ended: int | None = None,
 ) -> None:
     """Follow ``feed`` from ``cursor`` as SSE in ``fmt`` until the subscription ends.
 
+    ``after_piece`` resumes a stateful format mid-item (``Driver.open``).  With
+    ``if_ended``, a subscription that has ended before anything was sent (a join after
+    the run's end) is answered with that status and no body instead of a stream.
     Errors before the stream starts (NotFound with the message ``not_found``,
     InvalidCursor, Unavailable, 429 past the connection limits) are raised for the
     route to answer with their status.
@@ -62,10 +69,13 @@ async def serve(
     with services.limits.acquire(principal.tenant):
         driver = services.driver(Overflows())
         try:
-            await driver.open(feed, cursor, fmt)
+            sub = await driver.open(feed, cursor, fmt, after_piece=after_piece)
         except NotFound:
             raise NotFound(not_found) from None
         try:
+            if if_ended is not None and sub.state is SubState.ENDED:
+                responder.send(if_ended, b"", headers=services.cors.headers(request))
+                return
             await _stream(services, request, responder, principal, driver)
         finally:
             driver.close()
@@ -81,7 +91,7 @@ async def _stream(
     sub = driver.sub
     assert sub is not None
     settings, metrics = services.settings, services.metrics
-    stream: Stream = responder.stream(200, sse.HEADERS + services.cors.headers(request))
+    stream: Stream = responder.stream(200, sub.fmt.headers + services.cors.headers(request))
     outbox = Outbox(stream, settings.max_queue_bytes, services.hub.budget)
     driver.attach(outbox)
     registered = _Open(driver)
@@ -107,6 +117,10 @@ async def _stream(
                 # refused the client has unread data anyway.
                 idle=lambda: outbox.try_write(sse.KEEPALIVE),
             )
+            if reason is EndReason.ERROR and driver.error is not None and sub.fmt.error:
+                # In band, once the stream has started (seed rule 8); never waits: a
+                # connection that cannot take it at once just ends.
+                outbox.try_write(sub.fmt.error(sub.feed, driver.error))
         except anyio.get_cancelled_exc_class():
             # The client went away (its connection was lost), or the node is stopping.
             reason = EndReason.SHUTDOWN if services.hub.draining else EndReason.CLIENT

@@ -17,8 +17,8 @@ tested against both (``tests/store``):
   a reader can tell that what follows its position continues what it saw.
 
 A :class:`Backend` bundles what one backend offers; the application asks it for a
-capability (``backend.inbox``, ``backend.ping``, ``backend.index``) instead of testing
-its type.
+capability (``backend.inbox``, ``backend.runs``, ``backend.ping``, ``backend.index``)
+instead of testing its type.
 """
 
 from __future__ import annotations
@@ -234,6 +234,38 @@ class FoldStore(abc.ABC):
         """The blob :meth:`save_fold` kept for ``at``, if any."""
 
 
+class LatestRun(msgspec.Struct, frozen=True):
+    """A thread's latest run: its id and when its RUN_STARTED was recorded (wall clock, s)."""
+
+    run_id: str
+    started_at: float
+
+
+class RunIndex(abc.ABC):
+    """Which run of a thread is the latest (the AI SDK reconnect route, contract D10).
+
+    Keys are per tenant and thread; one entry per thread (the latest run replaces the
+    previous one).  An entry lives as long as its run feed: no expiry while the run is
+    going, and the run feed's grace period once it has ended (:meth:`expire_run`).
+    Recording is a step of its own after the run feed's append: of two runs of one
+    thread started at once, the one recorded last wins.
+    """
+
+    @abc.abstractmethod
+    async def record_run(self, tenant: str, thread_id: str, run_id: str, at: float) -> None:
+        """``run_id`` is now the thread's latest run (its RUN_STARTED was appended at
+        ``at``); any expiry of the entry is removed."""
+
+    @abc.abstractmethod
+    async def latest_run(self, tenant: str, thread_id: str) -> LatestRun | None:
+        """The thread's latest run, or None when the tenant's thread has none recorded."""
+
+    @abc.abstractmethod
+    async def expire_run(self, tenant: str, thread_id: str, run_id: str, seconds: float) -> None:
+        """Forget the entry ``seconds`` from now, if it still names ``run_id`` (its run
+        ended; a later run's entry is left alone)."""
+
+
 class InboxMessage(msgspec.Struct, frozen=True):
     """One message a producer added to an inbox; ``fields`` is None when it was deleted
     while pending."""
@@ -322,7 +354,9 @@ class Backend:
 
     ``inbox`` is None for a backend without inboxes (the embedded one); ``ping`` is None
     when there is no server to ask (readiness then does not depend on it); ``index`` is
-    None for a backend that keeps no feed index (then nothing lists feeds).
+    None for a backend that keeps no feed index (then nothing lists feeds); ``runs`` is
+    None for a backend that keeps no latest-run index (the reconnect route then finds
+    no run).
     """
 
     feeds: FeedStore
@@ -330,6 +364,7 @@ class Backend:
     folds: FoldStore
     #: The streams of a named inbox (one, or one per shard of a sharded inbox).
     inbox: Callable[[str], Sequence[InboxQueue]] | None = None
+    runs: RunIndex | None = None
     ping: Callable[[], Awaitable[None]] | None = None
     close: Callable[[], Awaitable[None]] | None = None
     index: FeedIndex | None = None

@@ -8,7 +8,7 @@ and reads never await in the middle, so each is atomic on the event loop.
 from __future__ import annotations
 
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Mapping, Sequence
 
 import anyio
@@ -25,7 +25,9 @@ from gateway.store.base import (
     FeedStore,
     FoldStore,
     IndexEntry,
+    LatestRun,
     LiveFeed,
+    RunIndex,
     chain_next,
     epoch_floor,
 )
@@ -59,11 +61,13 @@ class _Feed:
 #: Transient messages kept per feed until a read collects them, and feeds with any.
 TRANSIENT_BACKLOG = 1000
 TRANSIENT_FEEDS = 10_000
+#: Threads whose latest run is remembered (the least recently recorded are forgotten).
+RUNS_LIMIT = 100_000
 
 
-class MemoryStore(FeedStore, LiveFeed, FoldStore):
-    """Feeds, live notification and folds in one process (no inbox: producers in other
-    processes cannot reach it)."""
+class MemoryStore(FeedStore, LiveFeed, FoldStore, RunIndex):
+    """Feeds, live notification, folds and the latest-run index in one process (no
+    inbox: producers in other processes cannot reach it)."""
 
     durable = False
 
@@ -83,6 +87,8 @@ class MemoryStore(FeedStore, LiveFeed, FoldStore):
         self._transient: dict[FeedKey, list[tuple[int, int, bytes]]] = {}
         self._changed = anyio.Event()
         self._last_epoch = 0
+        #: Latest run per (tenant, thread), with the monotonic time it expires at.
+        self._runs: OrderedDict[tuple[str, str], tuple[LatestRun, float | None]] = OrderedDict()
 
     def _get(self, feed: FeedKey) -> _Feed | None:
         deadline = self._expiry.get(feed)
@@ -289,6 +295,28 @@ class MemoryStore(FeedStore, LiveFeed, FoldStore):
         self._changed.set()
         self._changed = anyio.Event()
 
+    async def record_run(self, tenant: str, thread_id: str, run_id: str, at: float) -> None:
+        key = (tenant, thread_id)
+        self._runs.pop(key, None)
+        self._runs[key] = (LatestRun(run_id, at), None)
+        while len(self._runs) > RUNS_LIMIT:
+            self._runs.popitem(last=False)
+
+    async def latest_run(self, tenant: str, thread_id: str) -> LatestRun | None:
+        entry = self._runs.get((tenant, thread_id))
+        if entry is None:
+            return None
+        latest, deadline = entry
+        if deadline is not None and time.monotonic() >= deadline:
+            del self._runs[(tenant, thread_id)]
+            return None
+        return latest
+
+    async def expire_run(self, tenant: str, thread_id: str, run_id: str, seconds: float) -> None:
+        entry = self._runs.get((tenant, thread_id))
+        if entry is not None and entry[0].run_id == run_id:
+            self._runs[(tenant, thread_id)] = (entry[0], time.monotonic() + seconds)
+
     def drop(self, feed: FeedKey) -> None:
         """Forget a feed entirely, as a Redis data loss would (for tests and operators)."""
         self._feeds.pop(feed, None)
@@ -360,4 +388,4 @@ def memory_backend(store: MemoryStore | None = None, index: FeedIndex | None = N
     """The embedded backend (``store`` and ``index`` to share them between nodes in tests)."""
     store = store or MemoryStore()
     index = index or MemoryFeedIndex()
-    return Backend(feeds=store, live=store, folds=store, index=index, name="embedded")
+    return Backend(feeds=store, live=store, folds=store, runs=store, index=index, name="embedded")

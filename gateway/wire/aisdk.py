@@ -6,7 +6,9 @@ translation depends on the run so far, so these formats frame items with an
 :class:`AiSdkEncoder` (one per feed per node, built from the run's fold), not per item.
 
 - ``AI_SDK_SSE``: SSE messages ``id: E:O:K`` + ``data: <chunk>``; ``data: [DONE]`` after
-  the run's end, and the stream ends there.
+  the run's end, and the stream ends there.  Its responses carry the header
+  ``x-vercel-ai-ui-message-stream: v1``; a stream the store failed after it started ends
+  with an ``error`` chunk (no id: the client's cursor stays where it was) and ``[DONE]``.
 - ``AI_SDK_WS``: one ``gateway.v1`` event frame per chunk, ``"cursor": "E:O:K"``.
 """
 
@@ -19,8 +21,10 @@ from gateway.dialects.ai_sdk import AiSdkTranslator
 from gateway.dialects.ai_sdk_parts import Chunk
 from gateway.dialects.ai_sdk_wire import (
     DONE,
+    HEADERS,
     chunk_id,
     encode_chunk,
+    error_frame,
     event_frames,
     restart_chunk,
     restart_frame,
@@ -119,6 +123,12 @@ def _ws_restart(feed: FeedKey, cursor: Cursor) -> bytes:
     return ws.frame(ws.epoch_restarted(feed.public_name, cursor))
 
 
+def _sse_error(feed: FeedKey, exc: GatewayError) -> bytes:
+    # The seed's in-band failure of a started AI SDK stream: useChat reports it
+    # (onError, status "error"); the client resumes from its last chunk id.
+    return error_frame(f"{exc.code}: {exc.message}")
+
+
 #: A run feed as the AI SDK UI message stream over SSE; ends with the run.
 AI_SDK_SSE = Format(
     "ai-sdk-sse",
@@ -127,6 +137,8 @@ AI_SDK_SSE = Format(
     transport="sse",
     ends=is_terminal,
     encoder=_sse_encoder,
+    headers=HEADERS,
+    error=_sse_error,
 )
 #: A run feed as AI SDK chunks in ``gateway.v1`` event frames (cursor ``E:O:K``).
 AI_SDK_WS = Format("ai-sdk-ws", _no_frame, _ws_restart, transport="ws", encoder=_ws_encoder)

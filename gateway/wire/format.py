@@ -12,7 +12,9 @@ from typing import Protocol
 
 from gateway.agui.fold import RunFold
 from gateway.cursor import Cursor
+from gateway.errors import GatewayError
 from gateway.feed import FeedKey, StoredItem
+from gateway.wire import sse
 
 #: Encodes the prelude events (compact JSON each) for a join at a cursor.
 PreludeEncoder = Callable[[FeedKey, Cursor, Sequence[bytes]], bytes]
@@ -69,12 +71,18 @@ class Format:
     ``encoder``, if given, makes the format stateful (its frames depend on the run so
     far, docs/contract.md D10): items are framed by an :class:`Encoder` built from the
     run's fold, not by ``frame``.
+    ``headers`` are the response headers of a stream in this format (SSE formats; the
+    SSE headers unless given).  ``error``, if given, encodes the in-band frame that ends
+    a stream the store failed after it started (the AI SDK ``error`` chunk); formats
+    without it just end.
     """
 
     __slots__ = (
         "encoder",
         "ends",
+        "error",
         "frame",
+        "headers",
         "name",
         "prelude",
         "prelude_kind",
@@ -95,6 +103,8 @@ class Format:
         prelude: PreludeEncoder | None = None,
         encoder: EncoderFactory | None = None,
         prelude_kind: str = AGUI_PRELUDE,
+        headers: Sequence[tuple[bytes, bytes]] | None = None,
+        error: Callable[[FeedKey, GatewayError], bytes] | None = None,
     ) -> None:
         self.name = name
         self.frame = frame
@@ -106,6 +116,8 @@ class Format:
         self.prelude = prelude
         self.encoder = encoder
         self.prelude_kind = prelude_kind
+        self.headers: list[tuple[bytes, bytes]] = list(sse.HEADERS if headers is None else headers)
+        self.error = error
 
     def __repr__(self) -> str:
         return f"Format({self.name!r})"

@@ -6,7 +6,9 @@ listing feeds, ``/healthz``, ``/readyz``, ``/metrics``, ``/openapi.json``) are g
 the bytes), and sent over real HTTP to a real node on the test Redis with a token that
 has both scopes.  The streaming routes (``GET /v1/teams/{team}/events``, the run feed
 and run stream GETs, ``POST /v1/ui/ag-ui/{agent}``, ``/v1/ws``) are left out: their
-responses do not end while the run goes on; a test checks that every documented
+responses do not end while the run goes on; so is the AI SDK stream.  The AI SDK
+reconnect route is generated with a token of a tenant that never publishes, so every
+case is answered at once (204, or an error); a test checks that every documented
 operation is served.  The node runs with ``GATEWAY_AGUI_STRICT`` so that an AG-UI body
 the schema rejects is rejected (by default the gateway checks only ``type`` and the
 fields it requires, and lets unknown fields through, as the document says).
@@ -104,6 +106,12 @@ sparktide_publishing = schemathesis.openapi.from_path(str(DOCUMENT)).include(
 sparktide_publishing.config.phases.coverage.enabled = False
 a2ui_publishing = schemathesis.openapi.from_path(str(DOCUMENT)).include(operation_id="publishA2ui")
 a2ui_publishing.config.phases.coverage.enabled = False
+#: GET /v1/ui/ai-sdk/{agent}/{chat_id}/stream, as a tenant without runs.
+reconnecting = schemathesis.openapi.from_path(str(DOCUMENT)).include(
+    operation_id="uiAiSdkReconnect"
+)
+#: The tenant of the reconnect cases: it never publishes, so no case opens a stream.
+NO_RUNS_TENANT = "tenant-without-runs"
 #: /healthz, /readyz, /metrics, /openapi.json (no parameters: every phase is cheap).
 plain = schemathesis.openapi.from_path(str(DOCUMENT)).exclude(path_regex="^/v1/")
 
@@ -266,6 +274,13 @@ def test_a2ui_publishing_conforms(case: schemathesis.Case, node_url: str) -> Non
     case.call_and_validate(base_url=node_url, headers=auth(TENANT), checks=CHECKS, timeout=10)
 
 
+@reconnecting.parametrize()
+@SETTINGS
+def test_ai_sdk_reconnect_conforms(case: schemathesis.Case, node_url: str) -> None:
+    headers = auth(NO_RUNS_TENANT)
+    case.call_and_validate(base_url=node_url, headers=headers, checks=CHECKS, timeout=10)
+
+
 @plain.parametrize()
 @SETTINGS
 def test_plain_routes_conform(case: schemathesis.Case, node_url: str) -> None:
@@ -286,6 +301,7 @@ SAMPLE = {
     "thread_id": "no-such-thread",
     "run_id": "no-such-run",
     "agent": "any",
+    "chat_id": "no-such-chat",
 }
 
 
@@ -324,6 +340,8 @@ def test_every_documented_operation_is_served(node_url: str) -> None:
         ("/v1/ui/ag-ui/agent", "POST"),
         ("/v1/sparktide/events", "POST"),
         ("/v1/threads/t1/runs/r1/a2ui", "POST"),
+        ("/v1/threads/t1/runs/r1/ui/ai-sdk", "GET"),
+        ("/v1/ui/ai-sdk/agent/chat/stream", "GET"),
     ],
 )
 def test_an_undeclared_method_is_405_with_allow(node_url: str, path: str, allow: str) -> None:

@@ -14,6 +14,7 @@ from gateway.store.redis.folds import RedisFolds
 from gateway.store.redis.inbox import RedisInboxQueue
 from gateway.store.redis.index import RedisFeedIndex
 from gateway.store.redis.live import RedisLive
+from gateway.store.redis.runs import RedisRuns
 
 
 def redis_backend(
@@ -65,6 +66,7 @@ def redis_backend(
         live=live,
         folds=RedisFolds(conn),
         inbox=inbox,
+        runs=RedisRuns(conn),
         ping=conn.ping,
         close=close,
         index=RedisFeedIndex(conn),
@@ -79,5 +81,6 @@ __all__ = [
     "RedisFolds",
     "RedisInboxQueue",
     "RedisLive",
+    "RedisRuns",
     "redis_backend",
 ]
