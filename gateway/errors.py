@@ -153,6 +153,12 @@ class Unavailable(GatewayError):
     status = 503
 
 
+class HeadMoved(Unavailable):
+    """An append that expected the feed's head somewhere was refused: another writer
+    appended (or the feed moved to a new epoch) since it was planned.  Nothing was
+    written; plan again from the feed as it is now.  Answered 503 if it gets that far."""
+
+
 class _Failure(msgspec.Struct, frozen=True):
     code: str
     message: str

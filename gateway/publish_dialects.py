@@ -17,12 +17,12 @@ Across nodes:
   cursors (same body) or refuses it as a whole (another body, 409).  A node can only plan
   sequence ``n + 1`` after it saw ``n`` in the feed, so no gap and no second event for a
   sequence is ever appended.
-- A2UI: the registry rule (create before update, no second create) is checked against
-  the run's fold when planning; two nodes appending to the same run at the same instant
-  can both pass it.  The store's append step cannot yet refuse a batch whose feed head
-  moved since it was planned; until it can, concurrent A2UI publishes to one run must go
-  through one node (or one producer).  After each append the cursors tell whether another
-  writer's items landed between the plan and the append; that is logged.
+- Both append with the head they planned at (``FeedStore.append(expect=...)``): when
+  another writer (another node, an AG-UI publish to the same run) appended in between,
+  the append step refuses the batch and writes nothing, and the body is planned again
+  from the run as it is now, at most :data:`REPLANS` times (then 503, nothing appended).
+  So A2UI's registry rule (create before update, no second create), checked against the
+  run's fold, holds across nodes too.
 
 **SparkTide's per-run state.**  Kept per run feed on this node with the head it is valid
 at (bounded, least recently used dropped).  When the feed's head is elsewhere (another
@@ -48,7 +48,13 @@ from gateway.cursor import Cursor
 from gateway.dialects import a2ui, sparktide
 from gateway.dialects.sparktide import RunState
 from gateway.dialects.sparktide_agui import Planned, plan, state_from_fold
-from gateway.errors import GatewayError, IdempotencyKeyReused, InvalidRequest, Unavailable
+from gateway.errors import (
+    GatewayError,
+    HeadMoved,
+    IdempotencyKeyReused,
+    InvalidRequest,
+    Unavailable,
+)
 from gateway.fanout.foldcache import BLOCK as FOLD_BLOCK
 from gateway.fanout.foldcache import FoldCache
 from gateway.feed import AppendResult, FeedKey, FeedState, NewItem, is_run_part, run_feed
@@ -71,6 +77,15 @@ MAX_DERIVED: Final = 300
 HELD_PAGE: Final = 16
 #: The longest Idempotency-Key (as the AG-UI route's).
 MAX_IDEMPOTENCY_KEY: Final = 200
+#: Plans of one body when other writers keep appending to its run in between.
+REPLANS: Final = 5
+
+
+def _busy() -> Unavailable:
+    return Unavailable(
+        f"run: other writers appended to the run each of the {REPLANS} times this body "
+        "was planned; nothing was appended: retry"
+    )
 
 
 class _Raced(Exception):
@@ -155,8 +170,9 @@ class DialectRuns:
         self.max_states = max_states
         #: SparkTide state per run feed, with the head cursor it is valid at.
         self._states: OrderedDict[FeedKey, tuple[Cursor, RunState]] = OrderedDict()
-        #: Times another writer's items landed between a plan and its append.
-        self.interleaved = 0
+        #: Times another writer's items landed between a plan and its append (the body
+        #: was planned again).
+        self.replans = 0
 
     # -- SparkTide --------------------------------------------------------------------
 
@@ -180,20 +196,24 @@ class DialectRuns:
             authorize(thread_id, run_id)
         feed = run_feed(tenant, thread_id, run_id)
         async with self.locks.hold(feed):
-            try:
-                return await self._sparktide_once(feed, events, array)
-            except _Raced:
-                # Another writer appended a different event for one of our sequences
-                # since we read the run: plan again from what it holds now, to answer
-                # as if it had come first (409 naming the event, or a retry).
-                self._states.pop(feed, None)
-            try:
-                return await self._sparktide_once(feed, events, array)
-            except _Raced as exc:
-                raise IdempotencyKeyReused(
-                    "event.sequence: another publish to this run took one of the body's "
-                    "sequences with a different event"
-                ) from exc
+            raced = False
+            for _ in range(REPLANS):
+                try:
+                    return await self._sparktide_once(feed, events, array)
+                except HeadMoved:
+                    self._replanned(feed)
+                except _Raced as exc:
+                    # Another writer appended a different event for one of our sequences
+                    # since we read the run: plan again from what it holds now, to answer
+                    # as if it had come first (409 naming the event, or a retry).
+                    if raced:
+                        raise IdempotencyKeyReused(
+                            "event.sequence: another publish to this run took one of the "
+                            "body's sequences with a different event"
+                        ) from exc
+                    raced = True
+                    self._replanned(feed)
+        raise _busy()
 
     async def _sparktide_once(
         self, feed: FeedKey, events: list[Event], array: bool
@@ -220,6 +240,11 @@ class DialectRuns:
         else:
             self._states.pop(feed, None)
         return _answer(planned, result.cursors, held), _appended(head, result)
+
+    def _replanned(self, feed: FeedKey) -> None:
+        self.replans += 1
+        self._states.pop(feed, None)
+        log.info("another writer appended to the run first: planning again", feed=feed.public_name)
 
     def _remember(self, feed: FeedKey, at: Cursor, state: RunState) -> None:
         self._states[feed] = (at, state)
@@ -371,57 +396,67 @@ class DialectRuns:
             raise InvalidRequest(f"Idempotency-Key: 1 to {MAX_IDEMPOTENCY_KEY} characters")
         feed = run_feed(tenant, thread_id, run_id)
         async with self.locks.hold(feed):
-            head = await self.feeds.state(feed)
-            if head is None or head.head == 0:
+            for _ in range(REPLANS):
+                try:
+                    return await self._a2ui_once(feed, body, key)
+                except HeadMoved:
+                    self._replanned(feed)
+        raise _busy()
+
+    async def _a2ui_once(
+        self, feed: FeedKey, body: object, key: str | None
+    ) -> tuple[list[Cursor], int]:
+        head = await self.feeds.state(feed)
+        if head is None or head.head == 0:
+            raise InvalidRequest(
+                "run: the run has not started: publish its RUN_STARTED first "
+                "(A2UI surfaces live in a run)"
+            )
+        first = None if key is None else await self.feeds.offset_of(feed, f"a2ui:{key}#0")
+        if key is not None and first is not None:
+            # A retry: derive again from the fold the first request was derived from,
+            # so the append step finds every item already there (or refuses).
+            await self._check_request_key(feed, key, body)
+            at = Cursor(head.epoch, first - 1)
+        else:
+            at = head.head_cursor
+        fold = await self.folds.at(feed, at)
+        if at == head.head_cursor:
+            if fold.run_started is None:
                 raise InvalidRequest(
                     "run: the run has not started: publish its RUN_STARTED first "
                     "(A2UI surfaces live in a run)"
                 )
-            first = None if key is None else await self.feeds.offset_of(feed, f"a2ui:{key}#0")
-            if key is not None and first is not None:
-                # A retry: derive again from the fold the first request was derived from,
-                # so the append step finds every item already there (or refuses).
-                await self._check_request_key(feed, key, body)
-                at = Cursor(head.epoch, first - 1)
-            else:
-                at = head.head_cursor
-            fold = await self.folds.at(feed, at)
-            if at == head.head_cursor:
-                if fold.run_started is None:
-                    raise InvalidRequest(
-                        "run: the run has not started: publish its RUN_STARTED first "
-                        "(A2UI surfaces live in a run)"
-                    )
-                if fold.terminal is not None:
-                    raise InvalidRequest(
-                        f"run: the run has ended ({fold.terminal.get('type')}); nothing "
-                        "more can be published to it"
-                    )
-            try:
-                messages = a2ui.check_body(body, live=a2ui.live_surfaces(fold))
-                derived = a2ui.derive(messages, fold)
-            except RecursionError as exc:
-                raise InvalidRequest("body: JSON nested too deeply") from exc
-            new = [
-                NewItem(None if key is None else f"a2ui:{key}#{i}", encode(event))
-                for i, event in enumerate(derived)
-            ]
-            try:
-                result = await self._append(feed, head, new, terminal=False)
-            except IdempotencyKeyReused as exc:
-                raise IdempotencyKeyReused(
-                    "Idempotency-Key was already used for different messages"
-                ) from exc
-            appended = _appended(head, result)
-            kept = self._states.get(feed)
-            # A2UI activities change nothing of what SparkTide's state holds.
-            if (
-                appended
-                and kept is not None
-                and kept[0] == head.head_cursor
-                and self._continued(head, result, len(new))
-            ):
-                self._remember(feed, result.state.head_cursor, kept[1])
+            if fold.terminal is not None:
+                raise InvalidRequest(
+                    f"run: the run has ended ({fold.terminal.get('type')}); nothing "
+                    "more can be published to it"
+                )
+        try:
+            messages = a2ui.check_body(body, live=a2ui.live_surfaces(fold))
+            derived = a2ui.derive(messages, fold)
+        except RecursionError as exc:
+            raise InvalidRequest("body: JSON nested too deeply") from exc
+        new = [
+            NewItem(None if key is None else f"a2ui:{key}#{i}", encode(event))
+            for i, event in enumerate(derived)
+        ]
+        try:
+            result = await self._append(feed, head, new, terminal=False)
+        except IdempotencyKeyReused as exc:
+            raise IdempotencyKeyReused(
+                "Idempotency-Key was already used for different messages"
+            ) from exc
+        appended = _appended(head, result)
+        kept = self._states.get(feed)
+        # A2UI activities change nothing of what SparkTide's state holds.
+        if (
+            appended
+            and kept is not None
+            and kept[0] == head.head_cursor
+            and self._continued(head, result, len(new))
+        ):
+            self._remember(feed, result.state.head_cursor, kept[1])
         return result.cursors, appended
 
     async def _check_request_key(self, feed: FeedKey, key: str, body: object) -> None:
@@ -441,17 +476,13 @@ class DialectRuns:
     async def _append(
         self, feed: FeedKey, head: FeedState | None, new: list[NewItem], *, terminal: bool
     ) -> AppendResult:
-        """Append to the run feed as the AG-UI route does: whole-block retention, the
-        finished run's grace period, the fold kept before retention trims the start."""
-        result = await self.feeds.append(feed, new, retention=self.run_retention, align=FOLD_BLOCK)
-        if not self._continued(head, result, len(new)) and any(
-            c.offset > (0 if head is None else head.head) for c in result.cursors
-        ):
-            self.interleaved += 1
-            log.warning(
-                "another writer appended to the run between the plan and the append",
-                feed=feed.public_name,
-            )
+        """Append to the run feed as the AG-UI route does (whole-block retention, the
+        finished run's grace period, the fold kept before retention trims the start),
+        if its head is still ``head``: else HeadMoved, nothing written."""
+        expect = Cursor(0, 0) if head is None else head.head_cursor
+        result = await self.feeds.append(
+            feed, new, retention=self.run_retention, align=FOLD_BLOCK, expect=expect
+        )
         if terminal and self.run_finished_ttl > 0:
             await self.feeds.expire(feed, self.run_finished_ttl)
         if self.on_run is not None:

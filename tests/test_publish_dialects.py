@@ -10,12 +10,14 @@ import anyio
 import pytest
 
 from gateway.agui.events import encode
+from gateway.cursor import Cursor
+from gateway.dialects import a2ui
 from gateway.dialects.sparktide import RunState
 from gateway.dialects.sparktide_agui import plan
 from gateway.errors import IdempotencyKeyReused, InvalidRequest, Unavailable
 from gateway.fanout.foldcache import FoldCache
 from gateway.feed import AppendResult, FeedKey, NewItem, run_feed
-from gateway.publish_dialects import DialectRuns, RunLocks
+from gateway.publish_dialects import REPLANS, DialectRuns, RunLocks
 from gateway.store.memory import MemoryStore
 from tests.dialects.a2ui_runs import create, data
 from tests.dialects.sparktide_runs import CONVERSATION, EVERYTHING, RUN, event
@@ -33,18 +35,28 @@ class CountingStore(MemoryStore):
         super().__init__()
         self.lookups = 0
         self.cut_in: list[NewItem] = []
+        #: Cut in before every append, not only the next one.
+        self.always = False
 
     async def offset_of(self, feed: FeedKey, key: str) -> int | None:
         self.lookups += 1
         return await super().offset_of(feed, key)
 
     async def append(
-        self, feed: FeedKey, items: Sequence[NewItem], *, retention: int, align: int = 0
+        self,
+        feed: FeedKey,
+        items: Sequence[NewItem],
+        *,
+        retention: int,
+        align: int = 0,
+        expect: Cursor | None = None,
     ) -> AppendResult:
         if self.cut_in:
-            other, self.cut_in = self.cut_in, []
+            other = self.cut_in if self.always else self.cut_in[:]
+            if not self.always:
+                self.cut_in = []
             await super().append(feed, other, retention=retention, align=align)
-        return await super().append(feed, items, retention=retention, align=align)
+        return await super().append(feed, items, retention=retention, align=align, expect=expect)
 
 
 def runs(store: MemoryStore) -> DialectRuns:
@@ -120,20 +132,61 @@ async def test_the_rebuilt_state_is_the_kept_one_and_costs_a_few_lookups() -> No
     assert store.lookups < 3 + 2 * 10
 
 
-async def test_another_writer_between_plan_and_append_is_noticed() -> None:
+CUSTOM = NewItem(None, b'{"type":"CUSTOM","name":"x","value":1}')
+
+
+async def test_another_writer_between_plan_and_append_makes_it_plan_again() -> None:
     store = CountingStore()
     dialects = runs(store)
     await dialects.sparktide("acme", EVERYTHING[:3])
-    assert FEED in dialects._states
-    store.cut_in = [NewItem(None, b'{"type":"CUSTOM","name":"x","value":1}')]
+    before = await store.state(FEED)
+    assert before is not None and FEED in dialects._states
+    store.cut_in = [CUSTOM]
     cursors, appended = await dialects.sparktide("acme", EVERYTHING[3])
-    assert appended == 1 and dialects.interleaved == 1
-    # The state kept is not trusted after that: the next publish rebuilds it.
-    assert FEED not in dialects._states
+    # The first plan was refused (its head moved): nothing of it was written; the
+    # second, from the head after the other writer's item, was appended after it.
+    assert appended == 1 and dialects.replans == 1
     state = await store.state(FEED)
-    assert state is not None and cursors == [state.head_cursor]
+    assert state is not None and state.head == before.head + 2
+    assert cursors == [state.head_cursor]
+    [theirs, ours] = await store.read(FEED, before.head_cursor, 10)
+    assert theirs.data == CUSTOM.data and ours.cursor == state.head_cursor
     await dialects.sparktide("acme", EVERYTHING[4])
     assert dialects._states[FEED][1].sequence == 5
+
+
+async def test_a2ui_plans_again_when_another_writer_got_in_first() -> None:
+    store = CountingStore()
+    dialects = runs(store)
+    await dialects.sparktide("acme", EVERYTHING[:3])
+    before = await store.state(FEED)
+    assert before is not None
+    # Another writer creates surface t between our plan and our append (its items are
+    # what the translation derives for it).  Planned again, our createSurface of t now
+    # breaks the registry rule: 400, and nothing of ours is appended.
+    fold = await FoldCache(store, store).at(FEED, before.head_cursor)
+    derived = a2ui.derive(a2ui.check_body(create("t"), live=a2ui.live_surfaces(fold)), fold)
+    store.cut_in = [NewItem(None, encode(e)) for e in derived]
+    with pytest.raises(InvalidRequest):
+        await dialects.a2ui("acme", CONVERSATION, RUN, create("t"))
+    assert dialects.replans == 1
+    after = await store.state(FEED)
+    assert after is not None and after.head == before.head + len(derived)
+
+
+async def test_a_run_other_writers_never_leave_alone_is_unavailable_with_nothing_appended() -> None:
+    store = CountingStore()
+    dialects = runs(store)
+    await dialects.sparktide("acme", EVERYTHING[:3])
+    store.cut_in, store.always = [CUSTOM], True
+    before = await store.state(FEED)
+    with pytest.raises(Unavailable, match="nothing was appended"):
+        await dialects.sparktide("acme", EVERYTHING[3])
+    store.always, store.cut_in = False, []
+    after = await store.state(FEED)
+    assert before is not None and after is not None
+    assert after.head == before.head + REPLANS, "only the other writer's items"
+    assert dialects.replans == REPLANS
 
 
 async def test_a2ui_keeps_the_sparktide_state_of_the_run_it_shares() -> None:

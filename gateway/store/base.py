@@ -124,7 +124,13 @@ class FeedStore(abc.ABC):
 
     @abc.abstractmethod
     async def append(
-        self, feed: FeedKey, items: Sequence[NewItem], *, retention: int, align: int = 0
+        self,
+        feed: FeedKey,
+        items: Sequence[NewItem],
+        *,
+        retention: int,
+        align: int = 0,
+        expect: Cursor | None = None,
     ) -> AppendResult:
         """Append ``items`` in order as one atomic step; see the module docstring.
 
@@ -132,7 +138,14 @@ class FeedStore(abc.ABC):
         offset minus one stays a multiple of ``align`` (the feed keeps up to
         ``align - 1`` items beyond ``retention``).
 
-        Raises IdempotencyKeyReused (message names the item index) or Unavailable.
+        With ``expect`` the step appends only if the feed's head is still there
+        (``Cursor(0, 0)``: the feed does not exist), else raises HeadMoved and writes
+        nothing: a writer that planned its items from the feed's state cannot
+        interleave with another (docs/storage.md).  A batch whose items are all
+        retries (keys already held) is answered whatever the head.
+
+        Raises IdempotencyKeyReused (message names the item index), HeadMoved or
+        Unavailable.
         """
 
     async def append_many(

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 import anyio
 
 from gateway.cursor import Cursor
-from gateway.errors import IdempotencyKeyReused
+from gateway.errors import HeadMoved, IdempotencyKeyReused
 from gateway.feed import AppendResult, FeedKey, FeedKind, FeedState, NewItem, StoredItem
 from gateway.store.base import (
     INDEX_MAX_AGE_MS,
@@ -163,7 +163,13 @@ class MemoryStore(FeedStore, LiveFeed, FoldStore, RunIndex):
         return self._last_epoch
 
     async def append(
-        self, feed: FeedKey, items: Sequence[NewItem], *, retention: int, align: int = 0
+        self,
+        feed: FeedKey,
+        items: Sequence[NewItem],
+        *,
+        retention: int,
+        align: int = 0,
+        expect: Cursor | None = None,
     ) -> AppendResult:
         f = self._get(feed)
         new_epoch = f is None
@@ -194,6 +200,10 @@ class MemoryStore(FeedStore, LiveFeed, FoldStore, RunIndex):
                 planned.append(existing)
             if item.key and item.key not in batch_keys:
                 batch_keys[item.key] = (item.data, existing_or_new)
+        if expect is not None and any(e is None for e in planned):
+            head = Cursor(0, 0) if f is None else Cursor(f.epoch, f.head)
+            if head != expect:
+                raise HeadMoved(f"the feed's head is {head}, not {expect}: plan again")
         if f is None:
             f = self._feeds[feed] = _Feed(self._new_epoch())
         elif feed in self._tombstones and any(e is None for e in planned):

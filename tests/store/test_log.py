@@ -9,7 +9,7 @@ import anyio
 import pytest
 
 from gateway.cursor import Cursor
-from gateway.errors import IdempotencyKeyReused
+from gateway.errors import HeadMoved, IdempotencyKeyReused
 from gateway.feed import FeedKey, NewItem, team_feed
 from gateway.store.base import Backend, chain_next
 from gateway.store.redis import redis_backend
@@ -77,6 +77,29 @@ async def test_retry_returns_original_cursor_and_reuse_is_refused(store: Backend
     state = await store.feeds.state(f)
     assert state is not None and state.head == 3  # all or nothing
     assert first.state.epoch == state.epoch
+
+
+async def test_an_append_that_expects_a_head_writes_only_there(store: Backend) -> None:
+    f = feed()
+    # Cursor(0, 0): the feed must not exist yet.
+    first = await store.feeds.append(f, items(2), retention=100, expect=Cursor(0, 0))
+    epoch = first.state.epoch
+    with pytest.raises(HeadMoved):
+        await store.feeds.append(f, items(1), retention=100, expect=Cursor(0, 0))
+    with pytest.raises(HeadMoved):  # an older head: someone appended since
+        await store.feeds.append(f, items(1), retention=100, expect=Cursor(epoch, 1))
+    state = await store.feeds.state(f)
+    assert state is not None and state.head == 2, "nothing written by the refused ones"
+    again = items(1)
+    r = await store.feeds.append(f, again, retention=100, expect=Cursor(epoch, 2))
+    assert r.cursors == [Cursor(epoch, 3)]
+    # A retry of items already held is answered whatever the head.
+    retry = await store.feeds.append(f, again, retention=100, expect=Cursor(epoch, 1))
+    assert retry.cursors == [Cursor(epoch, 3)]
+    # A feed that lost its data moves to a new epoch: no plan made before holds.
+    await lose(store, f)
+    with pytest.raises(HeadMoved):
+        await store.feeds.append(f, items(1), retention=100, expect=Cursor(epoch, 3))
 
 
 async def test_append_many_is_one_step_per_feed(store: Backend) -> None:

@@ -14,7 +14,9 @@
 --         this shard master's node id, read here),
 --       9 the lifetime in ms of a feed "recreate" makes (a tombstone epoch),
 --       10 the publish command ("PUBLISH", or "SPUBLISH" on a cluster),
---       then per item (from ARGV[11]): key ("" for none), data, host-opening flag.
+--       11 the head the append expects ("" for any; "<epoch>:<head>", "0:0" for no feed):
+--          elsewhere, a batch with new items returns {"moved"} and writes nothing,
+--       then per item (from ARGV[12]): key ("" for none), data, host-opening flag.
 --
 -- Trust: a feed whose metadata names another writer identity than this call's was
 -- last written on another server (a promoted replica, a move to another server): its
@@ -36,7 +38,8 @@
 --
 -- Returns {status, epoch, head, first, chain, host, reason, previous epoch, previous
 -- head, offsets...} where status is "ok", "reused" (then the 2nd element is the failing
--- item index and nothing was written) or "absent" (check mode on a feed that does not
+-- item index and nothing was written), "moved" (the expected head was not the head;
+-- nothing was written) or "absent" (check mode on a feed that does not
 -- exist; "gone" when it was deleted on purpose); reason is "" or why the feed moved to a new epoch in this call (missing,
 -- rollback, moved), and the previous epoch and head are what the store held before.
 
@@ -51,7 +54,8 @@ local cluster = ident == '@cluster'
 if cluster then ident = redis.call('CLUSTER', 'MYID') end
 local tombstone_ms = tonumber(ARGV[9]) or 0
 local publish = ARGV[10]
-local ITEMS = 11
+local expect = ARGV[11]
+local ITEMS = 12
 
 local function fmt(x) return string.format('%d', x) end
 
@@ -222,6 +226,14 @@ for i = 0, n - 1 do
   end
   if key ~= '' and not seen[key] then seen[key] = {data, off} end
   offsets[#offsets + 1] = off
+end
+
+if expect ~= '' and #new > 0 then
+  local at
+  if reason == 'missing' then at = '0:0'
+  elseif reason == '' then at = fmt(epoch) .. ':' .. fmt(head)
+  else at = '' end  -- moving to a new epoch now: no plan made before can hold
+  if at ~= expect then return {'moved'} end
 end
 
 if reason ~= '' then new_epoch() end

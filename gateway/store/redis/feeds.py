@@ -18,7 +18,7 @@ import redis.exceptions
 import structlog
 
 from gateway.cursor import Cursor
-from gateway.errors import IdempotencyKeyReused, Unavailable
+from gateway.errors import HeadMoved, IdempotencyKeyReused, Unavailable
 from gateway.feed import AppendResult, FeedKey, FeedState, NewItem, StoredItem
 from gateway.store.base import Batch, FeedStore, chain_next
 from gateway.store.redis.connection import RedisConnection, translate
@@ -79,7 +79,13 @@ class RedisFeeds(FeedStore):
     # -- the append step -----------------------------------------------------------------
 
     def _args(
-        self, feed: FeedKey, mode: str, retention: int, items: Sequence[NewItem], align: int = 0
+        self,
+        feed: FeedKey,
+        mode: str,
+        retention: int,
+        items: Sequence[NewItem],
+        align: int = 0,
+        expect: Cursor | None = None,
     ) -> list[Any]:
         """The append step's ARGV (see ``feed.lua``)."""
         known_epoch, known_offset, known_chain = self.known.split(feed)
@@ -94,15 +100,22 @@ class RedisFeeds(FeedStore):
             self.conn.identity,
             self.tombstone_ms,
             self._publish,
+            "" if expect is None else str(expect),
         ]
         for item in items:
             args += [item.key or "", item.data, "1" if item.host_opening else "0"]
         return args
 
     async def _run(
-        self, feed: FeedKey, mode: str, retention: int, items: Sequence[NewItem], align: int = 0
+        self,
+        feed: FeedKey,
+        mode: str,
+        retention: int,
+        items: Sequence[NewItem],
+        align: int = 0,
+        expect: Cursor | None = None,
     ) -> Any:
-        args = self._args(feed, mode, retention, items, align)
+        args = self._args(feed, mode, retention, items, align, expect)
         keys = self._script_keys(feed)
         with self.conn.io(mode, "append" if mode == "append" else "state"):
             if mode != "append" or not self.min_replicas:
@@ -137,6 +150,8 @@ class RedisFeeds(FeedStore):
             raise IdempotencyKeyReused(
                 f"item {int(reply[1])}: event_id was already used for a different item"
             )
+        if reply[0] == b"moved":
+            raise HeadMoved("the feed's head moved since the append was planned: plan again")
         state = self._state(reply)
         cursors = [Cursor(state.epoch, int(off)) for off in reply[9:]]
         self._rotated(feed, reply)
@@ -166,9 +181,16 @@ class RedisFeeds(FeedStore):
         )
 
     async def append(
-        self, feed: FeedKey, items: Sequence[NewItem], *, retention: int, align: int = 0
+        self,
+        feed: FeedKey,
+        items: Sequence[NewItem],
+        *,
+        retention: int,
+        align: int = 0,
+        expect: Cursor | None = None,
     ) -> AppendResult:
-        return self._appended(feed, await self._run(feed, "append", retention, items, align))
+        reply = await self._run(feed, "append", retention, items, align, expect)
+        return self._appended(feed, reply)
 
     async def _evalsha_many(
         self,
