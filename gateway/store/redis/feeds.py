@@ -309,15 +309,7 @@ class RedisFeeds(FeedStore):
         None if it was deleted on purpose (or this node never knew it)."""
         if self.known.get(feed) is None:
             return None
-        reply = await self._run(feed, "recreate", 1, ())
-        if reply[0] == b"gone":
-            self.known.forget(feed)
-            return None
-        state = self._state(reply)
-        if reply[6]:
-            self._rotated(feed, reply)
-        self.known.reset(feed, state)
-        return state
+        return await self.rebase(feed)
 
     async def _rebased(self, feed: FeedKey, state: FeedState) -> None:
         """A request noticed a rollback and moved the feed on: tell this node's reader."""
