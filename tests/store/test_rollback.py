@@ -812,3 +812,37 @@ async def test_tcp_proxy_retarget_closes_old_pairs_and_forwards_new_ones() -> No
         # Closed: nothing listens on the proxy's port any more.
         with pytest.raises(OSError):
             await anyio.connect_tcp("127.0.0.1", proxy.port)
+
+
+async def test_concurrent_first_appends_are_no_rotation_and_lose_nothing(
+    redis_url: str, redis_prefix: str
+) -> None:
+    """Sixteen appends to a new feed at once: their replies may be taken in another
+    order than they ran.  None of that is a loss: no rotation is counted, nothing is
+    logged as lost, and what the node knows of the feed only moves forward."""
+    from gateway.metrics import Metrics
+
+    metrics = Metrics()
+    backend = redis_backend(redis_url, prefix=redis_prefix, metrics=metrics)
+    try:
+        feed = team_feed("acme", ev.team_id())
+        results = []
+
+        async def one(i: int) -> None:
+            results.append(
+                await backend.feeds.append(feed, [NewItem(f"k{i}", b"x")], retention=100)
+            )
+
+        async with anyio.create_task_group() as tg:
+            for i in range(16):
+                tg.start_soon(one, i)
+        assert sorted(r.cursors[0].offset for r in results) == list(range(1, 17))
+        rotations = metrics.registry.get_sample_value(
+            "gateway_epoch_rotations_total", {"reason": "missing"}
+        )
+        assert not rotations
+        assert not metrics.registry.get_sample_value("gateway_lost_items_total")
+        known = backend.feeds.known.get(feed)
+        assert known is not None and known.offset == 16
+    finally:
+        await backend.aclose()

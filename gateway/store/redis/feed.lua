@@ -37,7 +37,7 @@
 -- c (chain after this item), k (idempotency key), t (append time, as above).
 --
 -- Returns {status, epoch, head, first, chain, host, reason, previous epoch, previous
--- head, offsets...} where status is "ok", "reused" (then the 2nd element is the failing
+-- head, the known epoch sent (0: none), items lost to the calling node, offsets...} where status is "ok", "reused" (then the 2nd element is the failing
 -- item index and nothing was written), "moved" (the expected head was not the head;
 -- nothing was written) or "absent" (check mode on a feed that does not
 -- exist; "gone" when it was deleted on purpose); reason is "" or why the feed moved to a new epoch in this call (missing,
@@ -172,9 +172,18 @@ local function announce(items, stamp)
   redis.call(publish, S, table.concat(parts))
 end
 
+-- What the calling node had seen that the store no longer holds, from the position it
+-- sent (not from what it knows when the reply arrives: replies to concurrent calls can
+-- be taken in another order than they ran).
+local function lost()
+  if reason == '' or kepoch == 0 then return 0 end
+  if kepoch == prev_epoch then return math.max(0, koff - prev_head) end
+  return koff
+end
+
 local function result(status, offsets)
   local out = {status, fmt(epoch), fmt(head), fmt(first_offset()), chain, host or '', reason,
-               fmt(prev_epoch), fmt(prev_head)}
+               fmt(prev_epoch), fmt(prev_head), fmt(kepoch), fmt(lost())}
   for i = 1, #offsets do out[#out + 1] = fmt(offsets[i]) end
   return out
 end

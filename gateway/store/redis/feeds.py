@@ -153,23 +153,20 @@ class RedisFeeds(FeedStore):
         if reply[0] == b"moved":
             raise HeadMoved("the feed's head moved since the append was planned: plan again")
         state = self._state(reply)
-        cursors = [Cursor(state.epoch, int(off)) for off in reply[9:]]
+        cursors = [Cursor(state.epoch, int(off)) for off in reply[11:]]
         self._rotated(feed, reply)
-        self.known.reset(feed, state)
+        # Forward only: the reply to a call that ran earlier may be taken after that
+        # of one that ran later (concurrent appends to one feed).
+        self.known.advance(feed, state.epoch, state.head, state.chain)
         return AppendResult(cursors, reply[6] != b"", state)
 
     def _rotated(self, feed: FeedKey, reply: list[Any]) -> None:
         """Count and log a move to a new epoch this call made, and what this node had
         seen of the feed that the store no longer holds (acknowledged, then lost)."""
         reason = reply[6].decode()
-        known = self.known.get(feed)
-        if not reason or (reason == "missing" and known is None):
-            return  # a new feed
-        before_epoch, before_head = int(reply[7]), int(reply[8])
-        lost = 0
-        if known is not None:
-            held = before_head if before_epoch == known.epoch else 0
-            lost = max(0, known.offset - held)
+        if not reason or (reason == "missing" and reply[9] == b"0"):
+            return  # a new feed (to this node)
+        lost = int(reply[10])
         self.conn.metrics_rotation(reason, lost)
         log.warning(
             "feed moved to a new epoch",
