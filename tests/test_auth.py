@@ -499,3 +499,56 @@ def test_from_settings(tmp_path: Path) -> None:
     assert "audience" in rejected(sign(claims(aud="x", iss="https://a.example"), RSA_KEY), auth)
     assert not Authenticator.from_settings(Settings()).configured
     rejected(sign(claims(), RSA_KEY), Authenticator.from_settings(Settings()))
+
+
+# -- tokens verified once ----------------------------------------------------------------
+
+
+def test_a_token_verified_once_is_answered_from_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    auth = Authenticator(SECRET)
+    token = signed(claims())
+    first = auth.verify(token)
+    decoded: list[str] = []
+    real = jwt.decode
+    monkeypatch.setattr(jwt, "decode", lambda *a, **kw: decoded.append(a[0]) or real(*a, **kw))
+    assert auth.verify(token) == first
+    assert decoded == [], "verified again"
+    # A token that failed is not remembered: it fails again, checked again.
+    bad = signed(claims(), secret="another-secret-that-is-long-enough-for-hs256-0123456789")
+    assert rejected(bad, auth) == "invalid token signature"
+    assert rejected(bad, auth) == "invalid token signature"
+    assert decoded == [bad, bad]
+
+
+def test_a_remembered_token_still_expires(monkeypatch: pytest.MonkeyPatch) -> None:
+    auth = Authenticator(SECRET)
+    now = time.time()
+    token = signed(claims(exp=int(now) + 60))
+    assert auth.verify(token).subject == "alice"
+    monkeypatch.setattr(time, "time", lambda: now + 60 + LEEWAY_SECONDS + 1)
+    assert rejected(token, auth) == "token expired"
+
+
+def test_a_remembered_token_fails_once_its_key_is_gone(tmp_path: Path) -> None:
+    path = tmp_path / "jwks.json"
+    write_jwks(path, jwk(RSA_KEY, "old"))
+    clock = [1000.0]
+    auth = Authenticator(None, jwks_file=str(path), clock=lambda: clock[0])
+    token = sign(claims(), RSA_KEY, kid="old")
+    assert auth.verify(token)
+    write_jwks(path, jwk(ec_key(), "new"))
+    stat = os.stat(path)
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 5_000_000_000))
+    clock[0] += 2
+    assert rejected(token, auth) == "unknown key"
+
+
+def test_remembered_tokens_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gateway.auth
+
+    monkeypatch.setattr(gateway.auth, "VERIFIED_TOKENS", 3)
+    auth = Authenticator(SECRET)
+    tokens = [signed(claims(sub=f"user-{i}")) for i in range(5)]
+    for token in tokens:
+        auth.verify(token)
+    assert list(auth._verified) == tokens[2:]

@@ -21,6 +21,7 @@ from gateway.cursor import Cursor
 from gateway.errors import HeadMoved, IdempotencyKeyReused, Unavailable
 from gateway.feed import AppendResult, FeedKey, FeedState, NewItem, StoredItem
 from gateway.store.base import Batch, FeedStore, chain_next
+from gateway.store.redis.coalesce import Coalescer
 from gateway.store.redis.connection import RedisConnection, translate
 
 log = structlog.get_logger("gateway.store")
@@ -62,6 +63,11 @@ class RedisFeeds(FeedStore):
         self.min_replicas = min_replicas
         self.replica_timeout_ms = replica_timeout_ms
         self._publish = conn.publish_command
+        #: Append steps of one loop iteration in one pipeline (not on a cluster, whose
+        #: calls go to their shards one by one anyway).
+        self._coalescer: Coalescer[tuple[list[str], list[Any]], Any] | None = (
+            None if conn.cluster else Coalescer(self._flush)
+        )
         #: The last :meth:`verify` could not check some feed (try again soon).
         self.deferred = False
         if min_replicas and conn.cluster:
@@ -117,6 +123,12 @@ class RedisFeeds(FeedStore):
     ) -> Any:
         args = self._args(feed, mode, retention, items, align, expect)
         keys = self._script_keys(feed)
+        if self._coalescer is not None and (mode != "append" or not self.min_replicas):
+            reply = await self._coalescer.submit((keys, args))
+            with translate(mode):
+                if isinstance(reply, _FAILED):
+                    raise reply
+            return reply
         with self.conn.io(mode, "append" if mode == "append" else "state"):
             if mode != "append" or not self.min_replicas:
                 return await self._script(keys=keys, args=args)
@@ -188,6 +200,17 @@ class RedisFeeds(FeedStore):
     ) -> AppendResult:
         reply = await self._run(feed, "append", retention, items, align, expect)
         return self._appended(feed, reply)
+
+    async def _flush(self, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
+        with self.conn.io("append step", "append"):
+            if len(calls) > 1:
+                return await self._evalsha_many(calls, raise_errors=False)
+            # Alone: a plain call costs redis-py less than a pipeline of one.
+            [(keys, args)] = calls
+            try:
+                return [await self._script(keys=keys, args=args)]
+            except redis.exceptions.ResponseError as exc:
+                return [exc]
 
     async def _evalsha_many(
         self,
