@@ -202,7 +202,9 @@ class RedisFeeds(FeedStore):
         return self._appended(feed, reply)
 
     async def _flush(self, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
-        with self.conn.io("append step", "append"):
+        # Timed as an append if the batch holds one, else as the state checks it is.
+        command = "append" if any(args[0] == "append" for _, args in calls) else "state"
+        with self.conn.io("append step", command):
             if len(calls) > 1:
                 return await self._evalsha_many(calls, raise_errors=False)
             # Alone: a plain call costs redis-py less than a pipeline of one.
