@@ -111,8 +111,10 @@ def wait_for(check: object, what: str, timeout: float = 20.0) -> None:
 class Stack:
     """Redis and one gateway node, pinned; stopped on exit."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, env: dict[str, str] | None = None) -> None:
         self.workdir = workdir
+        #: Extra gateway settings (e.g. ``GATEWAY_PUBLISH_RATE``) over the ones below.
+        self.env = env or {}
         self.redis_port = free_port()
         self.gw_port = free_port()
         self.procs: list[subprocess.Popen[bytes]] = []
@@ -159,6 +161,7 @@ class Stack:
             # connection limits (defaults 10,000 and 1,000) above the scenarios' counts.
             "GATEWAY_MAX_CONNECTIONS": "100000",
             "GATEWAY_MAX_TENANT_CONNECTIONS": "100000",
+            **self.env,
         }
         log = open(self.workdir / "gateway.log", "wb")  # noqa: SIM115 - lives with the process
         gateway = subprocess.Popen(
