@@ -2,6 +2,7 @@
 
     uv run python bench/peers.py                          # every scenario below, all three
     uv run python bench/peers.py ws-100x10-max --only socketio,gateway
+    uv run python bench/peers.py agent            # issue 17's fixed-rate agent scenarios
 
 The peers are the ones shipped with ``../shared/tools/fanbench`` (its README): copy
 them somewhere writable and install them first::
@@ -48,6 +49,7 @@ SCENARIOS = [
     "ws-1000x5-max",
     "ws-1k-50eps",
     "ws-1k-200eps",
+    *gw.AGENT_SCENARIOS,
 ]
 SYSTEMS = ("gateway", "socketio", "soketi")
 
@@ -190,21 +192,24 @@ def row(system: str, sc: gw.Scenario, r: dict[str, object]) -> str:
     return (
         f"| {sc.name} | {system} | {num(r.get('deliveries_per_s'), ',.0f')} "
         f"| {num(r.get('deliveries_per_server_cpu_s'), ',.0f')} "
-        f"| {num(r.get('server_cpu_util'), '.2f')} | {num(r.get('client_cpu_util'), '.2f')} "
+        f"| {num(r.get('server_cpu_util'), '.2f')} | {num(gw.us_per_event(r), ',.0f')} "
+        f"| {num(r.get('client_cpu_util'), '.2f')} "
         f"| {gw.latency_and_gaps(r)} | {num(r.get('server_rss_per_idle_conn_kb'), '.1f')} |"
     )
 
 
 HEADER = (
-    "| scenario | system | deliveries/s | deliveries/server CPU-s | server CPU | client CPU "
-    "| latency ms p50 / p99 / max | gaps / dups | RSS KiB per idle conn |\n"
-    "|---|---|---|---|---|---|---|---|---|"
+    "| scenario | system | deliveries/s | deliveries/server CPU-s | server CPU "
+    "| server us/event | client CPU | latency ms p50 / p99 / max | gaps / dups "
+    "| RSS KiB per idle conn |\n|---|---|---|---|---|---|---|---|---|---|"
 )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("scenarios", nargs="*", help=f"default: {' '.join(SCENARIOS)}")
+    parser.add_argument(
+        "scenarios", nargs="*", help=f"default: {' '.join(SCENARIOS)}; 'agent': issue 17's"
+    )
     parser.add_argument("--only", default=",".join(SYSTEMS), help="systems, comma-separated")
     parser.add_argument("--peers", default="/tmp/fanbench-peers", help="installed peers")
     parser.add_argument("--duration", type=float, help="override every scenario's duration")
@@ -213,7 +218,11 @@ def main() -> int:
     systems = [s for s in ns.only.split(",") if s]
     if unknown := set(systems) - set(SYSTEMS):
         parser.error(f"unknown systems: {sorted(unknown)}")
-    names = ns.scenarios or SCENARIOS
+    names = [
+        n
+        for name in ns.scenarios or SCENARIOS
+        for n in (gw.AGENT_SCENARIOS if name == "agent" else [name])
+    ]
     by_name = {sc.name: sc for sc in gw.SCENARIOS}
     if unknown := [n for n in names if n not in by_name or by_name[n].transport != "ws"]:
         parser.error(f"not a WebSocket scenario of bench/run.py: {unknown}")

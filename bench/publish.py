@@ -349,13 +349,9 @@ def main() -> int:
         stack.start()
         if ns.pid_file:
             Path(ns.pid_file).write_text(f"{stack.gateway.pid}\n")
-        try:
-            import uvloop
+        import uvloop  # a gateway dependency
 
-            runner = uvloop.run
-        except ImportError:  # pragma: no cover - uvloop is a gateway dependency
-            runner = asyncio.run
-        results = runner(main_async(ns, stack))
+        results = uvloop.run(main_async(ns, stack))
     finally:
         stack.stop()
         if not ns.keep:

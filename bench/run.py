@@ -3,6 +3,7 @@
     uv run python bench/run.py                       # every scenario
     uv run python bench/run.py ws-1k-max sse-1k-max  # some of them
     uv run python bench/run.py --list
+    uv run python bench/run.py agent                 # issue 17's fixed-rate agent scenarios
 
 Each scenario starts its own ``redis-server`` (pinned to CPU 1, no persistence) and a
 ``gateway serve`` process pinned to CPU 0 with authentication and metrics on, creates
@@ -19,6 +20,7 @@ Results and commands go in docs/benchmarks.md.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -28,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -80,7 +83,39 @@ SCENARIOS = [
     ),
     Scenario("sse-1k-50eps", "sse", 1000, rate=50, note="SSE latency"),
     Scenario("ws-1-50eps", "ws", 1, rate=50, duration=5, note="one subscriber: the floor"),
+    # Agent traffic (issue 17): many small feeds at fixed rates.  fanbench sends event k
+    # to channel k % channels, so each feed gets rate / channels events per second.
+    Scenario(
+        "ws-1000x5-1000eps",
+        "ws",
+        5000,
+        channels=1000,
+        rate=1000,
+        duration=8,
+        note="1 ev/s per feed: target <= 50 us/event, p99 <= 20 ms",
+    ),
+    Scenario(
+        "ws-1000x5-4000eps",
+        "ws",
+        5000,
+        channels=1000,
+        rate=4000,
+        duration=8,
+        note="4 ev/s per feed: target <= 50 us/event, p99 <= 20 ms",
+    ),
+    Scenario(
+        "ws-100x5-2000eps",
+        "ws",
+        500,
+        channels=100,
+        rate=2000,
+        duration=8,
+        note="20 ev/s per feed: target <= 50 us/event, p99 <= 20 ms",
+    ),
 ]
+
+#: The fixed-rate agent scenarios of issue 17 (``bench/peers.py`` runs them too).
+AGENT_SCENARIOS = ["ws-1000x5-1000eps", "ws-1000x5-4000eps", "ws-100x5-2000eps", "ws-1-50eps"]
 
 
 def free_port() -> int:
@@ -289,12 +324,22 @@ def fanbench_args(sc: Scenario, stack: Stack, out: Path) -> list[str]:
     return args + sc.extra
 
 
-def run(sc: Scenario, out: Path, keep: bool) -> dict[str, object]:
+def run(
+    sc: Scenario,
+    out: Path,
+    keep: bool,
+    during: Callable[[Stack], contextlib.AbstractContextManager[object]] | None = None,
+) -> dict[str, object]:
+    """One scenario on a fresh stack.  ``during``, if given, is entered once the feeds
+    exist and exited after fanbench (extra load next to it: ``bench/conns.py churn``)."""
     workdir = Path(tempfile.mkdtemp(prefix=f"bench-{sc.name}-"))
     stack = Stack(workdir)
+    extra = contextlib.ExitStack()
     try:
         stack.start()
         anyio.run(create_feeds, stack.redis_url, sc.channels)
+        if during is not None:
+            extra.enter_context(during(stack))
         env = {**os.environ, "BENCH_REDIS_URL": stack.redis_url, "BENCH_TENANT": TENANT}
         before = out.read_text().count("\n") if out.exists() else 0
         if sc.stalled:
@@ -332,8 +377,10 @@ def run(sc: Scenario, out: Path, keep: bool) -> dict[str, object]:
         result["scenario"] = sc.name
         result["note"] = sc.note
         result["gateway_metrics"] = scrape(stack.gw_port)
+        extra.close()
         return result
     finally:
+        extra.close()
         stack.stop()
         if not keep:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -342,6 +389,14 @@ def run(sc: Scenario, out: Path, keep: bool) -> dict[str, object]:
 def num(value: object, fmt: str) -> str:
     """A table cell for a number fanbench may have left out."""
     return format(value, fmt) if isinstance(value, int | float) else "-"
+
+
+def us_per_event(r: dict[str, object]) -> float | None:
+    """Gateway CPU microseconds per published event (its deliveries included)."""
+    cpu, events = r.get("server_cpu_s"), r.get("events_published")
+    if isinstance(cpu, int | float) and isinstance(events, int) and events:
+        return cpu / events * 1e6
+    return None
 
 
 def latency_and_gaps(r: dict[str, object]) -> str:
@@ -360,7 +415,8 @@ def row(r: dict[str, object]) -> str:
     return (
         f"| {r['scenario']} | {num(r.get('deliveries_per_s'), ',.0f')} "
         f"| {num(r.get('deliveries_per_server_cpu_s'), ',.0f')} "
-        f"| {num(r.get('server_cpu_util'), '.2f')} | {latency_and_gaps(r)} "
+        f"| {num(r.get('server_cpu_util'), '.2f')} | {num(us_per_event(r), ',.0f')} "
+        f"| {latency_and_gaps(r)} "
         f"| {num(r.get('server_rss_per_idle_conn_kb'), '.1f')} "
         f"| {num(rss.get('connected_idle'), '.0f')} / {num(rss.get('peak'), '.0f')} "
         f"| {r.get('note', '')}{slow_note(r)} |"
@@ -379,9 +435,9 @@ def slow_note(r: dict[str, object]) -> str:
 
 
 HEADER = (
-    "| scenario | deliveries/s | deliveries/server CPU-s | server CPU | latency ms p50 / p99 / max "
-    "| gaps / dups | RSS KiB per idle conn | RSS MB idle / peak | target |\n"
-    "|---|---|---|---|---|---|---|---|---|"
+    "| scenario | deliveries/s | deliveries/server CPU-s | server CPU | server us/event "
+    "| latency ms p50 / p99 / max | gaps / dups | RSS KiB per idle conn | RSS MB idle / peak "
+    "| target |\n|---|---|---|---|---|---|---|---|---|---|"
 )
 
 
@@ -397,7 +453,8 @@ def main() -> int:
         for sc in SCENARIOS:
             print(f"{sc.name:16} {sc.note}")
         return 0
-    chosen = [sc for sc in SCENARIOS if not ns.scenarios or sc.name in ns.scenarios]
+    wanted = [n for name in ns.scenarios for n in (AGENT_SCENARIOS if name == "agent" else [name])]
+    chosen = [sc for sc in SCENARIOS if not wanted or sc.name in wanted]
     if not chosen:
         parser.error("no such scenario (see --list)")
     if not FANBENCH.exists():
