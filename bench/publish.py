@@ -69,7 +69,7 @@ def self_cpu() -> float:
 class Requests:
     """Pre-built request bytes: one head per team, one body template, fresh ids."""
 
-    def __init__(self, token: str, teams: int, batch: int, host: str) -> None:
+    def __init__(self, token: str, teams: int, batch: int, host: str, first_id: int) -> None:
         items = []
         for k in range(batch):
             event = team_event(TEXT, k + 1)
@@ -89,7 +89,8 @@ class Requests:
         self.batch = batch
         self.teams = teams
         self.sent = 0
-        self.ids = 0
+        #: The next event_id counter: never reused on one stack (a reused id is a 409).
+        self.ids = first_id
         self.size = len(self.heads[0]) + len(body)
 
     def next(self) -> bytes:
@@ -212,10 +213,11 @@ def pct(values: list[int], p: float) -> float:
 
 
 async def measure(
-    stack: gw.Stack, row: Row, ns: argparse.Namespace, token: str
-) -> dict[str, object]:
+    stack: gw.Stack, row: Row, ns: argparse.Namespace, token: str, first_id: int
+) -> tuple[dict[str, object], int]:
+    """One row on ``stack``; returns its figures and the next unused event_id counter."""
     loop = asyncio.get_running_loop()
-    requests = Requests(token, ns.teams, row.batch, f"127.0.0.1:{stack.gw_port}")
+    requests = Requests(token, ns.teams, row.batch, f"127.0.0.1:{stack.gw_port}", first_id)
     tally = Tally(row.batch)
     conns: list[Conn] = []
     for _ in range(ns.connections):
@@ -248,7 +250,7 @@ async def measure(
     done = tally.ok + sum(tally.errors.values())
     gw_cpu, gw_sys = gw1[0] - gw0[0], gw1[1] - gw0[1]
     events = tally.ok * row.batch
-    return {
+    result: dict[str, object] = {
         "batch": row.batch,
         "depth": row.depth,
         "connections": ns.connections,
@@ -276,6 +278,7 @@ async def measure(
             "max": round(pct(tally.latencies, 100), 2),
         },
     }
+    return result, requests.ids
 
 
 HEADER = (
@@ -314,9 +317,10 @@ async def main_async(ns: argparse.Namespace, stack: gw.Stack) -> list[dict[str, 
 
     token = mint(gw.SECRET, tenant=gw.TENANT, subject="publish-bench", scopes=("publish",))
     results = []
+    next_id = 0
     for row in parse_rows(ns.rows):
         print(f"measuring {row.batch} x {row.depth} ...", file=sys.stderr, flush=True)
-        result = await measure(stack, row, ns, token)
+        result, next_id = await measure(stack, row, ns, token, next_id)
         result["gateway_pid"] = stack.gateway.pid
         results.append(result)
         print(table_row(result), file=sys.stderr, flush=True)
