@@ -2,7 +2,7 @@
 
 Every failure the gateway reports to a client is a :class:`GatewayError` carrying a
 public ``code`` (the seed's ``api_ApiErrorCode`` vocabulary plus our additions) and an
-HTTP status.  Foreign exceptions (redis, h11, jsonschema, jwt) are translated into
+HTTP status.  Foreign exceptions (redis, jsonschema, jwt) are translated into
 subclasses of :class:`GatewayError` at the adapter that calls the foreign library, so
 nothing above the adapters ever sees them.
 

@@ -1,7 +1,8 @@
-"""The HTTP/1.1 listener: a thin asyncio adapter around h11's sans-I/O parser.
+"""The HTTP/1.1 listener: a thin asyncio adapter around the sans-I/O parser of
+:mod:`gateway.http.h1`.
 
-One :class:`HttpConnection` per TCP connection parses requests with h11 (bounded
-header and body sizes), runs each request's handler as a task in the server's anyio
+One :class:`HttpConnection` per TCP connection parses requests (bounded header and
+body sizes), runs each request's handler as a task in the server's anyio
 task group, and gives the handler a :class:`Responder` for a plain response or a
 long-lived stream.  Streams are written straight to the transport with HTTP/1.1
 chunked framing; the handler awaits :meth:`Stream.write`, which waits while the
@@ -11,7 +12,6 @@ kernel buffer is full, so a slow client holds back only its own handler.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import secrets
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, cast
@@ -19,7 +19,6 @@ from urllib.parse import parse_qs, urlsplit
 
 import anyio
 import anyio.abc
-import h11
 import structlog
 
 from gateway.errors import (
@@ -29,6 +28,7 @@ from gateway.errors import (
     UnsupportedMediaType,
     error_body,
 )
+from gateway.http.h1 import HttpError, RequestParser, reason, response_head
 
 log = structlog.get_logger("gateway.http")
 
@@ -41,6 +41,8 @@ DISCARD_SECONDS = 5.0
 #: A connection must send a complete request head within this many seconds of opening
 #: (or of its previous response): slow or idle clients do not hold connections forever.
 REQUEST_HEAD_SECONDS = 30.0
+#: ... and its body within this many seconds of its head (1 MiB at 256 kbit/s takes 33 s).
+REQUEST_BODY_SECONDS = 120.0
 
 
 class Request:
@@ -49,9 +51,14 @@ class Request:
     def __init__(self, method: str, target: bytes, headers: dict[str, str], http11: bool) -> None:
         self.method = method
         self.raw_target = target
-        parts = urlsplit(target.decode("latin-1"))
-        self.path = parts.path
-        self.query = parse_qs(parts.query, keep_blank_values=True)
+        if target.startswith(b"/"):  # origin form, nearly always: no need for urlsplit
+            path, _, query = target.decode("latin-1").partition("?")
+            query, _, _ = query.partition("#")
+        else:
+            parts = urlsplit(target.decode("latin-1"))
+            path, query = parts.path, parts.query
+        self.path = path
+        self.query = parse_qs(query, keep_blank_values=True) if query else {}
         self.headers = headers
         self.http11 = http11
         self.body = b""
@@ -219,13 +226,16 @@ class HttpConnection(asyncio.Protocol):
     def __init__(self, server: HttpServer) -> None:
         self.server = server
         self.transport: asyncio.Transport | None = None
-        self._h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
+        self._parser = RequestParser(max_head=MAX_HEAD_BYTES, max_body=server.max_body)
+        #: Whether the connection stays open after the current request's answer.
+        self._keep_alive = True
         # Created only while the transport is paused (idle connections are many).
         self._writable: asyncio.Future[None] | None = None
         self._request: Request | None = None
-        self._body = bytearray()
         self._busy = False
         self._streaming = False
+        #: The current request's head is in, its body is not: the body's timer runs.
+        self._awaiting_body = False
         self._scope: anyio.CancelScope | None = None
         self._discarding = False
         self._discarded = 0
@@ -242,10 +252,11 @@ class HttpConnection(asyncio.Protocol):
         self.server.connections.add(self)
         self._arm_head_timer()
 
-    def _arm_head_timer(self) -> None:
+    def _arm_head_timer(self, seconds: float | None = None) -> None:
         self._disarm_head_timer()
         loop = asyncio.get_running_loop()
-        self._head_timer = loop.call_later(REQUEST_HEAD_SECONDS, self._head_timeout)
+        bound = REQUEST_HEAD_SECONDS if seconds is None else seconds
+        self._head_timer = loop.call_later(bound, self._head_timeout)
 
     def _disarm_head_timer(self) -> None:
         if self._head_timer is not None:
@@ -287,72 +298,49 @@ class HttpConnection(asyncio.Protocol):
             if self._discarded > DISCARD_LIMIT and self.transport is not None:
                 self.transport.close()
             return
-        try:
-            self._h11.receive_data(data)
-        except h11.RemoteProtocolError:
-            self._fail(400, InvalidRequest("malformed HTTP request"))
-            return
+        self._parser.receive(data)
         self._pump()
 
     def eof_received(self) -> bool | None:
         if self._on_eof is not None:
             self._on_eof()
             return True  # the upgraded protocol decides when to close
-        if self._discarding:
-            return None  # close
-        with contextlib.suppress(h11.RemoteProtocolError):
-            self._h11.receive_data(b"")
-        return None
+        return None  # close (a request cut short cannot be answered)
 
     # -- parsing ---------------------------------------------------------------------
 
     def _pump(self) -> None:
-        while not self._busy and self.transport is not None:
-            try:
-                event = self._h11.next_event()
-            except h11.RemoteProtocolError as exc:
-                status = 431 if "too long" in str(exc).lower() else 400
-                self._fail(status, InvalidRequest("malformed or oversized HTTP request"))
-                return
-            if event is h11.NEED_DATA or event is h11.PAUSED:
-                # PAUSED: an upgrade request was handed to its handler, which takes
-                # the connection over or answers it.
-                return
-            if isinstance(event, h11.Request):
-                self._disarm_head_timer()
-                headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in event.headers}
-                self._request = Request(
-                    event.method.decode("ascii"),
-                    event.target,
-                    headers,
-                    event.http_version == b"1.1",
-                )
-                self._body.clear()
-                length = headers.get("content-length")
-                if length is not None and length.isdigit() and int(length) > self.server.max_body:
-                    self._fail(413, TooLarge(self._too_large()))
-                    return
-            elif isinstance(event, h11.Data):
-                if len(self._body) + len(event.data) > self.server.max_body:
-                    self._fail(413, TooLarge(self._too_large()))
-                    return
-                self._body += event.data
-            elif isinstance(event, h11.EndOfMessage):
-                request = self._request
-                assert request is not None
-                request.body = bytes(self._body)
-                self._busy = True
-                # Read nothing more while the handler runs: pipelined requests wait in
-                # the kernel, not in our memory.
-                self.transport.pause_reading()
-                self.server.spawn(self._handle, request)
-            elif isinstance(event, h11.ConnectionClosed):
-                if self.transport is not None:
-                    self.transport.close()
-                return
-
-    def _too_large(self) -> str:
-        return f"request body is larger than {self.server.max_body} bytes"
+        if self._busy or self.transport is None:
+            return
+        try:
+            parsed = self._parser.next_request()
+        except HttpError as exc:
+            error: GatewayError = (
+                TooLarge(exc.message) if exc.status == 413 else InvalidRequest(exc.message)
+            )
+            self._fail(exc.status, error)
+            return
+        if parsed is None:
+            if self._parser.head_received:
+                # The head came in time; the body has a bound of its own.
+                if not self._awaiting_body:
+                    self._awaiting_body = True
+                    self._arm_head_timer(REQUEST_BODY_SECONDS)
+                if self._parser.wants_continue:
+                    self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            return
+        self._disarm_head_timer()
+        self._awaiting_body = False
+        request = Request(parsed.method, parsed.target, parsed.headers, parsed.http11)
+        request.body = parsed.body
+        self._request = request
+        # An upgrade not taken over (refused) ends the connection after its answer.
+        self._keep_alive = parsed.keep_alive and not parsed.upgrade
+        self._busy = True
+        # Read nothing more while the handler runs: pipelined requests wait in the
+        # kernel, not in our memory.
+        self.transport.pause_reading()
+        self.server.spawn(self._handle, request)
 
     def _fail(self, status: int, exc: GatewayError) -> None:
         """Answer a request we could not parse or accept, then close the connection."""
@@ -361,7 +349,7 @@ class HttpConnection(asyncio.Protocol):
         body = exc.body()
         head = (
             b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
-            b"connection: close\r\n\r\n" % (status, _reason(status), len(body))
+            b"connection: close\r\n\r\n" % (status, reason(status), len(body))
         )
         self.transport.write(head + body)
         self.transport.write_eof()
@@ -401,13 +389,7 @@ class HttpConnection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.resume_reading()
             self._arm_head_timer()
-        if self._h11.our_state is h11.MUST_CLOSE or self._h11.their_state is h11.MUST_CLOSE:
-            if self.transport is not None:
-                self.transport.close()
-            return
-        try:
-            self._h11.start_next_cycle()
-        except h11.LocalProtocolError:
+        if not self._keep_alive:
             if self.transport is not None:
                 self.transport.close()
             return
@@ -416,12 +398,8 @@ class HttpConnection(asyncio.Protocol):
     def send_simple(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
         if self.transport is None:
             return
-        response = h11.Response(status_code=status, headers=headers, reason=_reason(status))
-        out = self._h11.send(response)
-        if body:
-            out += self._h11.send(h11.Data(data=body))
-        out += self._h11.send(h11.EndOfMessage())
-        self.transport.write(out)
+        head = response_head(status, headers, close=not self._keep_alive)
+        self.transport.write(head + body if body else head)
 
     def start_stream(self, status: int, headers: list[tuple[bytes, bytes]], http11: bool) -> Stream:
         self._streaming = True
@@ -432,7 +410,7 @@ class HttpConnection(asyncio.Protocol):
         if chunked:
             all_headers.append((b"transfer-encoding", b"chunked"))
         all_headers.append((b"connection", b"close" if not chunked else b"keep-alive"))
-        head = b"HTTP/1.1 %d %s\r\n" % (status, _reason(status))
+        head = b"HTTP/1.1 %d %s\r\n" % (status, reason(status))
         head += b"".join(k + b": " + v + b"\r\n" for k, v in all_headers) + b"\r\n"
         self.transport.write(head)
         # Read again (and discard): a client that goes away is noticed at once.
@@ -448,11 +426,10 @@ class HttpConnection(asyncio.Protocol):
         writing.  From now on received bytes go to ``on_data``.
         """
         self._streaming = True
-        trailing, _ = self._h11.trailing_data
+        trailing = self._parser.detach()
         self._on_data = on_data
         self._on_eof = on_eof
         self._request = None
-        self._body = bytearray()
         if self.transport is not None:
             self.transport.resume_reading()
         return bytes(trailing), Stream(self, chunked=False)
@@ -463,29 +440,6 @@ class HttpConnection(asyncio.Protocol):
             await asyncio.shield(writable)
         if self.transport is None:
             raise anyio.BrokenResourceError
-
-
-_REASONS = {
-    200: b"OK",
-    204: b"No Content",
-    308: b"Permanent Redirect",
-    400: b"Bad Request",
-    401: b"Unauthorized",
-    403: b"Forbidden",
-    404: b"Not Found",
-    405: b"Method Not Allowed",
-    409: b"Conflict",
-    413: b"Content Too Large",
-    415: b"Unsupported Media Type",
-    429: b"Too Many Requests",
-    431: b"Request Header Fields Too Large",
-    500: b"Internal Server Error",
-    503: b"Service Unavailable",
-}
-
-
-def _reason(status: int) -> bytes:
-    return _REASONS.get(status, b"Unknown")
 
 
 class HttpServer:

@@ -106,6 +106,28 @@ async def test_a_silent_connection_is_closed(monkeypatch: pytest.MonkeyPatch) ->
             sock.close()
 
 
+async def test_a_slow_body_is_bound_by_the_body_timer_not_the_head_timer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(http_server, "REQUEST_HEAD_SECONDS", 0.2)
+    head = b"POST /v1/teams/x/events HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n"
+    async with start_node(None) as node:
+        with socket.create_connection(("127.0.0.1", node.port)) as sock:
+            sock.settimeout(5)
+            sock.sendall(head)
+            # Time must pass here, beyond the head's bound: that is the scenario.
+            await anyio.sleep(0.6)
+            sock.sendall(b"{}")
+            answer = await anyio.to_thread.run_sync(sock.recv, 100)
+            assert answer.startswith(b"HTTP/1.1 401 ")  # answered, not cut off
+        monkeypatch.setattr(http_server, "REQUEST_BODY_SECONDS", 0.2)
+        with socket.create_connection(("127.0.0.1", node.port)) as sock:
+            sock.settimeout(5)
+            sock.sendall(head + b"{")  # one byte of two, then nothing
+            data = await anyio.to_thread.run_sync(sock.recv, 10)
+            assert data == b""  # closed by the server once the body's bound passed
+
+
 async def test_history_trimmed_during_a_join_restarts_the_subscription(
     node_redis: tuple[str | None, str],
 ) -> None:

@@ -1,0 +1,340 @@
+"""HTTP/1.1 requests parsed and responses framed, without I/O (RFC 9112, server side).
+
+:class:`RequestParser` takes the bytes a client sends (:meth:`~RequestParser.receive`)
+and hands out complete requests, head and body (:meth:`~RequestParser.next_request`),
+one at a time: the connection reads the next one only after answering this one, so
+pipelined requests wait in the parser's buffer (bounded: the connection stops reading
+while a request is handled).  Anything malformed raises :class:`HttpError` with the
+status to answer before closing; nothing malformed is ever half-accepted.
+
+What is accepted:
+
+- a request line ``method SP target SP HTTP/1.1`` (or ``HTTP/1.0``), after any empty
+  lines; lines end with CRLF (a bare LF in the head is refused at once: 400); the head
+  (request line and headers) at most ``max_head`` bytes (431 beyond);
+- header fields ``name: value`` (a token name, no space before the colon, no line
+  folding, no control characters in the value); names are lowercased; when a name is
+  repeated the last value is kept, except ``content-length`` (all equal, or 400),
+  ``host`` (once, 400 otherwise) and the lists ``connection`` and ``transfer-encoding``
+  (joined with ``", "``, RFC 9110 5.3); HTTP/1.1 requires ``host``;
+- a body framed by ``content-length`` (digits) or ``transfer-encoding: chunked`` (not
+  both; another transfer coding is 501), at most ``max_body`` bytes (413: decided from
+  ``content-length`` before the body arrives, or as chunks arrive);
+- ``expect: 100-continue``: :attr:`RequestParser.wants_continue` says when to send
+  ``100 Continue`` (HTTP/1.1 only: the expectation is ignored in HTTP/1.0);
+- an upgrade (``connection: upgrade`` with an ``upgrade`` header, no body): the request
+  is handed out and the bytes after it stay in :attr:`RequestParser.trailing` for the
+  new protocol.
+
+:func:`response_head` frames a response head.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+#: Characters of a token (RFC 9110 5.6.2), for methods and header names.
+_TOKEN: Final = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+#: A request target: visible ASCII, nothing else (no spaces, no controls).
+_TARGET: Final = re.compile(rb"[\x21-\x7e]+")
+#: A field value: visible characters, obs-text, spaces and tabs (no controls).
+_VALUE_BAD: Final = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+#: A line feed not preceded by a carriage return.
+_BARE_LF: Final = re.compile(rb"(?<!\r)\n")
+#: Fields that are comma-separated lists: repeated lines are joined, not replaced.
+_LISTS: Final = frozenset({"connection", "transfer-encoding"})
+#: A chunk-size line: hex digits, then optional extensions.
+_CHUNK_SIZE: Final = re.compile(rb"([0-9A-Fa-f]{1,16})[ \t]*(?:;[^\r\n]*)?")
+#: A chunk-size line (or a trailer field) longer than this is refused.
+MAX_LINE: Final = 8 * 1024
+
+REASONS: Final = {
+    100: b"Continue",
+    101: b"Switching Protocols",
+    200: b"OK",
+    204: b"No Content",
+    308: b"Permanent Redirect",
+    400: b"Bad Request",
+    401: b"Unauthorized",
+    403: b"Forbidden",
+    404: b"Not Found",
+    405: b"Method Not Allowed",
+    409: b"Conflict",
+    413: b"Content Too Large",
+    415: b"Unsupported Media Type",
+    429: b"Too Many Requests",
+    431: b"Request Header Fields Too Large",
+    500: b"Internal Server Error",
+    501: b"Not Implemented",
+    503: b"Service Unavailable",
+}
+
+
+def reason(status: int) -> bytes:
+    return REASONS.get(status, b"Unknown")
+
+
+class HttpError(Exception):
+    """A request that cannot be accepted: answer ``status`` and close."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class ParsedRequest:
+    """One complete request.  ``keep_alive``: the connection may carry another after
+    the answer (HTTP/1.1 without ``connection: close``; HTTP/1.0 never)."""
+
+    __slots__ = ("body", "headers", "http11", "keep_alive", "method", "target", "upgrade")
+
+    def __init__(
+        self,
+        method: str,
+        target: bytes,
+        headers: dict[str, str],
+        http11: bool,
+        keep_alive: bool,
+        upgrade: bool,
+    ) -> None:
+        self.method = method
+        self.target = target
+        self.headers = headers
+        self.http11 = http11
+        self.keep_alive = keep_alive
+        self.upgrade = upgrade
+        self.body = b""
+
+
+class RequestParser:
+    """See the module docstring."""
+
+    def __init__(self, *, max_head: int, max_body: int) -> None:
+        self.max_head = max_head
+        self.max_body = max_body
+        self._buf = bytearray()
+        self._scanned = 0  # where the search for the end of the head resumes
+        self._head: ParsedRequest | None = None
+        self._length: int | None = None  # the body's length; None: chunked
+        self._chunks = bytearray()
+        self._continue_sent = False
+        #: After an upgrade: everything the client sent after the request.
+        self.trailing = b""
+        self._upgraded = False
+
+    # -- input ----------------------------------------------------------------------
+
+    def receive(self, data: bytes) -> None:
+        self._buf += data
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf)
+
+    @property
+    def wants_continue(self) -> bool:
+        """A head with ``expect: 100-continue`` is in and its body is not: the client
+        waits for ``100 Continue`` (true once; the caller sends it)."""
+        head = self._head
+        if head is None or self._continue_sent or not head.http11:
+            return False
+        if head.headers.get("expect", "").lower() != "100-continue":
+            return False
+        self._continue_sent = True
+        return True
+
+    @property
+    def head_received(self) -> bool:
+        """The head of the current request is in; its body is not (yet)."""
+        return self._head is not None
+
+    def detach(self) -> bytes:
+        """Stop parsing (the connection switches protocols) and return every byte
+        received after the last request handed out: :attr:`trailing` after an
+        upgrade, else whatever was buffered (pipelined bytes are not lost)."""
+        if not self._upgraded:
+            self._upgraded = True
+            self.trailing = bytes(self._buf)
+            self._buf = bytearray()
+        return self.trailing
+
+    @property
+    def in_request(self) -> bool:
+        """Part of a request has arrived (an EOF now cuts it short)."""
+        return self._head is not None or bool(self._buf.strip(b"\r\n"))
+
+    # -- requests -------------------------------------------------------------------
+
+    def next_request(self) -> ParsedRequest | None:
+        """The next complete request, or None until more bytes arrive.  Raises
+        HttpError.  Call again only after answering the request it returned."""
+        if self._upgraded:
+            return None
+        if self._head is None:
+            head = self._parse_head()
+            if head is None:
+                return None
+            self._head = head
+        head = self._head
+        body = self._take_body()
+        if body is None:
+            return None
+        head.body = body
+        self._head = None
+        self._chunks = bytearray()
+        self._continue_sent = False
+        if head.upgrade:
+            self._upgraded = True
+            self.trailing = bytes(self._buf)
+            self._buf = bytearray()
+        return head
+
+    def _parse_head(self) -> ParsedRequest | None:
+        buf = self._buf
+        # Empty lines before a request line are ignored (RFC 9112 2.2).
+        skip = 0
+        while buf.startswith(b"\r\n", skip):
+            skip += 2
+        if skip:
+            del buf[:skip]
+            self._scanned = 0
+        end = buf.find(b"\r\n\r\n", max(0, self._scanned - 3))
+        # Lines end with CRLF: a bare LF is never part of a valid head, and a head of
+        # LF-terminated lines would otherwise wait for a CRLF CRLF that never comes.
+        if _BARE_LF.search(buf, self._scanned, len(buf) if end < 0 else end) is not None:
+            raise HttpError(400, "a line of the request head ends with a bare LF")
+        if end < 0:
+            self._scanned = len(buf)
+            if len(buf) > self.max_head:
+                raise HttpError(431, "request head too large")
+            return None
+        if end + 4 > self.max_head:
+            raise HttpError(431, "request head too large")
+        lines = bytes(buf[:end]).split(b"\r\n")
+        del buf[: end + 4]
+        self._scanned = 0
+        return self._head_from(lines)
+
+    def _head_from(self, lines: list[bytes]) -> ParsedRequest:
+        parts = lines[0].split(b" ")
+        if len(parts) != 3:
+            raise HttpError(400, "malformed request line")
+        method, target, version = parts
+        if not _TOKEN.fullmatch(method) or not _TARGET.fullmatch(target):
+            raise HttpError(400, "malformed request line")
+        if version == b"HTTP/1.1":
+            http11 = True
+        elif version == b"HTTP/1.0":
+            http11 = False
+        else:
+            raise HttpError(400, "unsupported HTTP version")
+        headers: dict[str, str] = {}
+        lengths: set[bytes] = set()
+        hosts = 0
+        for line in lines[1:]:
+            name, colon, value = line.partition(b":")
+            if not colon or not _TOKEN.fullmatch(name):
+                # Also a folded line (it starts with a space) or a space before the colon.
+                raise HttpError(400, "malformed header field")
+            value = value.strip(b" \t")
+            if _VALUE_BAD.search(value):
+                raise HttpError(400, "malformed header field")
+            key = name.decode("ascii").lower()
+            if key == "content-length":
+                lengths.add(value)
+            elif key == "host":
+                hosts += 1
+            text = value.decode("latin-1")
+            if key in _LISTS and key in headers:
+                text = f"{headers[key]}, {text}"
+            headers[key] = text
+        if hosts > 1 or (http11 and not hosts):
+            raise HttpError(400, "a request needs exactly one host header")
+        connection = {t.strip().lower() for t in headers.get("connection", "").split(",")}
+        coding = headers.get("transfer-encoding")
+        if coding is not None:
+            if lengths:
+                raise HttpError(400, "both content-length and transfer-encoding")
+            codings = [c.strip().lower() for c in coding.split(",")]
+            if [c for c in codings if c] != ["chunked"]:
+                raise HttpError(501, "unsupported transfer-encoding")
+            self._length = None
+        elif lengths:
+            if len(lengths) > 1:
+                raise HttpError(400, "conflicting content-length")
+            [raw] = lengths
+            if not raw.isdigit() or len(raw) > 18:
+                raise HttpError(400, "malformed content-length")
+            self._length = int(raw)
+            if self._length > self.max_body:
+                raise HttpError(413, f"request body is larger than {self.max_body} bytes")
+        else:
+            self._length = 0
+        keep_alive = http11 and "close" not in connection
+        upgrade = "upgrade" in connection and "upgrade" in headers and self._length == 0
+        return ParsedRequest(method.decode("ascii"), target, headers, http11, keep_alive, upgrade)
+
+    def _take_body(self) -> bytes | None:
+        buf = self._buf
+        length = self._length
+        if length is not None:
+            if len(buf) < length:
+                return None
+            body = bytes(buf[:length])
+            del buf[:length]
+            return body
+        # Chunked: decode as much as has arrived; the chunks so far wait in _chunks.
+        while True:
+            line_end = buf.find(b"\r\n")
+            if line_end < 0:
+                if len(buf) > MAX_LINE:
+                    raise HttpError(400, "malformed chunked body")
+                return None
+            if line_end > MAX_LINE:
+                raise HttpError(400, "malformed chunked body")
+            match = _CHUNK_SIZE.fullmatch(bytes(buf[:line_end]))
+            if match is None:
+                raise HttpError(400, "malformed chunked body")
+            size = int(match.group(1), 16)
+            if size == 0:
+                return self._take_trailers(line_end + 2)
+            if len(self._chunks) + size > self.max_body:
+                raise HttpError(413, f"request body is larger than {self.max_body} bytes")
+            start = line_end + 2
+            if len(buf) < start + size + 2:
+                return None
+            if buf[start + size : start + size + 2] != b"\r\n":
+                raise HttpError(400, "malformed chunked body")
+            self._chunks += buf[start : start + size]
+            del buf[: start + size + 2]
+
+    def _take_trailers(self, start: int) -> bytes | None:
+        """After the last chunk: trailer fields (ignored), then an empty line."""
+        buf = self._buf
+        if buf[start : start + 2] == b"\r\n":  # no trailers
+            del buf[: start + 2]
+            return bytes(self._chunks)
+        end = buf.find(b"\r\n\r\n", start)
+        if end < 0:
+            if len(buf) - start > MAX_LINE:
+                raise HttpError(400, "malformed chunked body")
+            return None
+        for line in bytes(buf[start:end]).split(b"\r\n"):
+            name, colon, _ = line.partition(b":")
+            if not colon or not _TOKEN.fullmatch(name):
+                raise HttpError(400, "malformed chunked body")
+        del buf[: end + 4]
+        return bytes(self._chunks)
+
+
+def response_head(status: int, headers: list[tuple[bytes, bytes]], *, close: bool) -> bytes:
+    """``HTTP/1.1 <status> <reason>`` and the headers, with ``connection: close`` when
+    the connection closes after this response."""
+    parts = [b"HTTP/1.1 %d %s\r\n" % (status, reason(status))]
+    parts += [name + b": " + value + b"\r\n" for name, value in headers]
+    if close:
+        parts.append(b"connection: close\r\n")
+    parts.append(b"\r\n")
+    return b"".join(parts)
