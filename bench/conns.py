@@ -5,6 +5,7 @@
     flock /tmp/bench.lock uv run python bench/conns.py idle --ping-interval 3600   # no pings
     flock /tmp/bench.lock uv run python bench/conns.py churn            # 1,000 steady + 200
     flock /tmp/bench.lock uv run python bench/conns.py churn --churners 200 --duration 8
+    flock /tmp/bench.lock uv run python bench/conns.py churn --alone --duration 25
 
 ``idle``: starts ``bench/run.py``'s stack (Redis on CPU 1, ``gateway serve`` on CPU 0,
 authentication and metrics on), creates the feeds, opens ``-n`` WebSocket
@@ -282,7 +283,31 @@ def idle(ns: argparse.Namespace) -> int:
     return 0
 
 
+def churn_alone(churners: int, duration: float) -> tuple[dict[str, object], float, float]:
+    """The churners alone on a fresh stack (nothing published, no steady subscribers):
+    their counts, the gateway CPU-s and the wall seconds of the window."""
+    stack, workdir = new_stack("churn-alone")
+    try:
+        anyio.run(gw.create_feeds, stack.redis_url, 1)
+        worker = Worker(stack, "churn", churners, 1)
+        time.sleep(1.0)
+        cpu0, t0 = proc_cpu(stack.gateway.pid), time.monotonic()
+        time.sleep(duration)
+        cpu1, wall = proc_cpu(stack.gateway.pid), time.monotonic() - t0
+        return worker.stop(), cpu1[0] - cpu0[0], wall
+    finally:
+        stack.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
 def churn(ns: argparse.Namespace) -> int:
+    if ns.alone:
+        alone, cpu, wall = churn_alone(ns.churners, ns.duration)
+        rate = float(str(alone["reconnects"])) / float(str(alone["elapsed_s"]))
+        print(json.dumps({"alone_client": alone}))
+        print(f"{ns.churners} reconnecting alone: gateway {cpu / wall:.2f} cores, ", end="")
+        print(f"{rate:,.0f} reconnects/s, {cpu / (rate * wall) * 1e6:,.0f} us per reconnect")
+        return 0
     out = Path(ns.out)
     sc = gw.Scenario("ws-1k-max", "ws", ns.steady, duration=ns.duration)
     plain = gw.run(sc, out, keep=False)
@@ -298,20 +323,7 @@ def churn(ns: argparse.Namespace) -> int:
 
     sc_churn = gw.Scenario("ws-1k-max+churn", "ws", ns.steady, duration=ns.duration)
     churned = gw.run(sc_churn, out, keep=False, during=churners)
-
-    # The churners alone: nothing published, no steady subscribers.
-    stack, workdir = new_stack("churn-alone")
-    try:
-        anyio.run(gw.create_feeds, stack.redis_url, 1)
-        worker = Worker(stack, "churn", ns.churners, 1)
-        time.sleep(1.0)
-        cpu0, t0 = proc_cpu(stack.gateway.pid), time.monotonic()
-        time.sleep(ns.duration)
-        cpu1, wall = proc_cpu(stack.gateway.pid), time.monotonic() - t0
-        alone = worker.stop()
-    finally:
-        stack.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
+    alone, alone_cpu, wall = churn_alone(ns.churners, ns.duration)
 
     def f(r: dict[str, object], key: str) -> float:
         value = r.get(key)
@@ -324,7 +336,7 @@ def churn(ns: argparse.Namespace) -> int:
     expected_cpu = f(churned, "deliveries") / f(plain, "deliveries_per_server_cpu_s")
     extra_us = (f(churned, "server_cpu_s") - expected_cpu) / in_window * 1e6
     alone_rate = f(alone, "reconnects") / f(alone, "elapsed_s")
-    alone_us = (cpu1[0] - cpu0[0]) / (alone_rate * wall) * 1e6
+    alone_us = alone_cpu / (alone_rate * wall) * 1e6
     print(json.dumps({"churn_client": counts, "alone_client": alone}))
     print(
         "| run | deliveries/s | deliveries/server CPU-s | server CPU | reconnects/s "
@@ -347,7 +359,7 @@ def churn(ns: argparse.Namespace) -> int:
             f"| {gw.latency_and_gaps(r)} |"
         )
     print(
-        f"| {ns.churners} reconnecting alone | - | - | {(cpu1[0] - cpu0[0]) / wall:.2f} "
+        f"| {ns.churners} reconnecting alone | - | - | {alone_cpu / wall:.2f} "
         f"| {alone_rate:,.0f} | {alone_us:,.0f} | - | - |"
     )
     return 0
@@ -369,6 +381,7 @@ def main() -> int:
     p_churn.add_argument("--churners", type=int, default=200)
     p_churn.add_argument("--duration", type=float, default=8.0)
     p_churn.add_argument("--out", default=str(gw.ROOT / "bench" / "results.jsonl"))
+    p_churn.add_argument("--alone", action="store_true", help="only the churners (to profile)")
     p_client = sub.add_parser("client", help="the worker process (used by the others)")
     p_client.add_argument("--mode", choices=["hold", "churn"], required=True)
     p_client.add_argument("--url", required=True)

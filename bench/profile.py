@@ -60,7 +60,7 @@ REQUEST: list[tuple[str, str]] = [
     ),
     ("anyio (task per request, cancel scopes)", ANYIO),
     (
-        "HTTP parse / respond (h11, server)",
+        "HTTP parse / respond (server, h11 or h1)",
         r"\(h11/|gateway/http/server\.py|gateway/http/h1\.py|gateway/http/router\.py",
     ),
 ]
