@@ -204,6 +204,7 @@ def run_cell(
             "BENCH_TENANT": gw.TENANT,
             "BENCH_REDIS_CLUSTER": "1" if store.cluster else "0",
         }
+        load_before = Path("/proc/loadavg").read_text().split()[0]
         raw = workdir / "fanbench.jsonl"
         command = gw.fanbench_command(sc, lb.port, [g.pid for g in gateways], pids, raw)
         proc = subprocess.run(
@@ -228,6 +229,8 @@ def run_cell(
             sessions=sessions_per_node(lb),
             haproxy_threads=threads(lb_pid),
             affinity=affinity,
+            # The machine's 1-minute load before and after: other work shares the 2 cores.
+            loadavg=[float(load_before), float(Path("/proc/loadavg").read_text().split()[0])],
             gateway_metrics=metrics,
             nodes_alive=sum(g.poll() is None for g in gateways),
         )
