@@ -1,6 +1,6 @@
 """Horizontal scale: 1, 2 and 3 gateway nodes behind HAProxy, on one Redis and on a Cluster.
 
-    flock /tmp/bench.lock uv run python bench/scale.py            # every cell (about 8 min)
+    flock /tmp/bench.lock uv run python bench/scale.py            # every cell (5-6 min)
     flock /tmp/bench.lock uv run python bench/scale.py --scenarios ws-100x10-1000eps \\
         --stores single --nodes 1,3 --duration 8
     uv run python bench/scale.py --list
