@@ -6,7 +6,8 @@ Python producer API: validated against the seed schema in this process and appen
 to Redis by the same atomic step the HTTP route and the inbox use.  The gateway under
 test only reads and fans out, as a node behind an ingest tier would.
 
-Environment: ``BENCH_REDIS_URL``, ``BENCH_PREFIX`` (default gw), ``BENCH_TENANT``.
+Environment: ``BENCH_REDIS_URL``, ``BENCH_PREFIX`` (default gw), ``BENCH_TENANT``,
+``BENCH_REDIS_CLUSTER`` (``1``: the URL names nodes of a Redis Cluster).
 """
 
 from __future__ import annotations
@@ -42,9 +43,12 @@ class ProducerPub:
     def __init__(self) -> None:
         self.tenant = os.environ.get("BENCH_TENANT", "bench")
         self.producer = Producer.connect(
-            os.environ["BENCH_REDIS_URL"], prefix=os.environ.get("BENCH_PREFIX", "gw")
+            os.environ["BENCH_REDIS_URL"],
+            prefix=os.environ.get("BENCH_PREFIX", "gw"),
+            cluster=os.environ.get("BENCH_REDIS_CLUSTER") == "1",
         )
         self.seq = 0
+        self.first = True
 
     def _item(self, data: str) -> dict[str, Any]:
         self.seq += 1
@@ -59,6 +63,14 @@ class ProducerPub:
         by_channel: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for _, channel, data in items:
             by_channel[channel].append(self._item(data))
+        if self.first:
+            # The first batch (fanbench's warm-up probes) one team at a time: on a Redis
+            # Cluster, concurrent first appends of a new producer race redis-py's cluster
+            # client while it learns the slot map, and some fail with a lost connection.
+            self.first = False
+            for channel, batch in by_channel.items():
+                await self.producer.publish_team_batch(self.tenant, channel, batch)
+            return
         results = await self.producer.publish_team_many(self.tenant, by_channel)
         for channel, result in results.items():
             if isinstance(result, Exception):
