@@ -48,7 +48,6 @@ class ProducerPub:
             cluster=os.environ.get("BENCH_REDIS_CLUSTER") == "1",
         )
         self.seq = 0
-        self.first = True
 
     def _item(self, data: str) -> dict[str, Any]:
         self.seq += 1
@@ -63,14 +62,6 @@ class ProducerPub:
         by_channel: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for _, channel, data in items:
             by_channel[channel].append(self._item(data))
-        if self.first:
-            # The first batch (fanbench's warm-up probes) one team at a time: on a Redis
-            # Cluster, concurrent first appends of a new producer race redis-py's cluster
-            # client while it learns the slot map, and some fail with a lost connection.
-            self.first = False
-            for channel, batch in by_channel.items():
-                await self.producer.publish_team_batch(self.tenant, channel, batch)
-            return
         results = await self.producer.publish_team_many(self.tenant, by_channel)
         for channel, result in results.items():
             if isinstance(result, Exception):
