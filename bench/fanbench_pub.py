@@ -6,7 +6,8 @@ Python producer API: validated against the seed schema in this process and appen
 to Redis by the same atomic step the HTTP route and the inbox use.  The gateway under
 test only reads and fans out, as a node behind an ingest tier would.
 
-Environment: ``BENCH_REDIS_URL``, ``BENCH_PREFIX`` (default gw), ``BENCH_TENANT``.
+Environment: ``BENCH_REDIS_URL``, ``BENCH_PREFIX`` (default gw), ``BENCH_TENANT``,
+``BENCH_REDIS_CLUSTER`` (``1``: the URL names nodes of a Redis Cluster).
 """
 
 from __future__ import annotations
@@ -42,7 +43,9 @@ class ProducerPub:
     def __init__(self) -> None:
         self.tenant = os.environ.get("BENCH_TENANT", "bench")
         self.producer = Producer.connect(
-            os.environ["BENCH_REDIS_URL"], prefix=os.environ.get("BENCH_PREFIX", "gw")
+            os.environ["BENCH_REDIS_URL"],
+            prefix=os.environ.get("BENCH_PREFIX", "gw"),
+            cluster=os.environ.get("BENCH_REDIS_CLUSTER") == "1",
         )
         self.seq = 0
 

@@ -38,7 +38,19 @@ import anyio
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
-FANBENCH = ROOT.parent / "shared" / "tools" / "fanbench" / "fanbench.py"
+
+
+def find_fanbench() -> Path:
+    """``shared/tools/fanbench/fanbench.py`` beside the checkout, or beside a folder above it
+    (a git worktree such as ``/work/wt/<name>`` finds ``/work/shared``)."""
+    for parent in ROOT.parents:
+        candidate = parent / "shared" / "tools" / "fanbench" / "fanbench.py"
+        if candidate.exists():
+            return candidate
+    return ROOT.parent / "shared" / "tools" / "fanbench" / "fanbench.py"
+
+
+FANBENCH = find_fanbench()
 PYTHON = sys.executable
 SECRET = "bench-secret-" + "x" * 32
 TENANT = "bench"
@@ -185,58 +197,80 @@ class Stack:
 
         client = redis_lib.Redis(port=self.redis_port)
         wait_for(client.ping, "redis")
-        env = {
-            **os.environ,
-            "GATEWAY_JWT_SECRET": SECRET,
-            "GATEWAY_REDIS_URL": self.redis_url,
-            "GATEWAY_PORT": str(self.gw_port),
-            "GATEWAY_LOG_FORMAT": "json",
-            "GATEWAY_LOG_LEVEL": "warning",
-            # One tenant holds every subscriber here: lift the per-node and per-tenant
-            # connection limits (defaults 10,000 and 1,000) above the scenarios' counts.
-            "GATEWAY_MAX_CONNECTIONS": "100000",
-            "GATEWAY_MAX_TENANT_CONNECTIONS": "100000",
-            **self.env,
-        }
-        log = open(self.workdir / "gateway.log", "wb")  # noqa: SIM115 - lives with the process
-        gateway = subprocess.Popen(
-            ["taskset", "-c", "0", PYTHON, "-m", "gateway.cli", "serve"],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
+        gateway = start_gateway(
+            gateway_env(self.redis_url, self.gw_port, **self.env), self.workdir / "gateway.log"
         )
         self.procs.append(gateway)
         self.gateway = gateway
-        wait_for(
-            lambda: httpx.get(f"http://127.0.0.1:{self.gw_port}/readyz").status_code == 200,
-            "gateway",
-        )
 
     def stop(self) -> None:
         for proc in reversed(self.procs):
-            if proc.poll() is None:
-                proc.send_signal(
-                    signal.SIGKILL
-                    if proc is self.redis
-                    else signal.SIGINT
-                    if proc is self.gateway
-                    else signal.SIGTERM
-                )
-                try:
-                    proc.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            stop_process(
+                proc,
+                signal.SIGKILL
+                if proc is self.redis
+                else signal.SIGINT
+                if proc is self.gateway
+                else signal.SIGTERM,
+            )
 
 
-async def create_feeds(redis_url: str, channels: int) -> None:
+def gateway_env(redis_url: str, port: int, **settings: str) -> dict[str, str]:
+    """The environment of one benchmark node: ``settings`` are more ``GATEWAY_*`` values."""
+    return {
+        **os.environ,
+        "GATEWAY_JWT_SECRET": SECRET,
+        "GATEWAY_REDIS_URL": redis_url,
+        "GATEWAY_PORT": str(port),
+        "GATEWAY_LOG_FORMAT": "json",
+        "GATEWAY_LOG_LEVEL": "warning",
+        # One tenant holds every subscriber here: lift the per-node and per-tenant
+        # connection limits (defaults 10,000 and 1,000) above the scenarios' counts.
+        "GATEWAY_MAX_CONNECTIONS": "100000",
+        "GATEWAY_MAX_TENANT_CONNECTIONS": "100000",
+        **settings,
+    }
+
+
+def start_gateway(env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
+    """``gateway serve`` pinned to CPU 0, once its ``/readyz`` answers 200."""
+    log = open(log_path, "wb")  # noqa: SIM115 - lives with the process
+    gateway = subprocess.Popen(
+        ["taskset", "-c", "0", PYTHON, "-m", "gateway.cli", "serve"],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_for(
+            lambda: httpx.get(f"http://127.0.0.1:{env['GATEWAY_PORT']}/readyz").status_code == 200,
+            "gateway",
+        )
+    except BaseException:
+        stop_process(gateway, signal.SIGKILL)
+        raise
+    return gateway
+
+
+def stop_process(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+    """Send ``sig`` to a child still running and wait for it (15 s, then SIGKILL)."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+async def create_feeds(redis_url: str, channels: int, cluster: bool = False) -> None:
     """A feed exists from its first item: publish one per channel before subscribing."""
     sys.path.insert(0, str(ROOT / "bench"))
-    from fanbench_pub import team_event  # type: ignore[import-not-found]
+    from fanbench_pub import team_event  # type: ignore[import-not-found, unused-ignore]
 
     from gateway.producer import Producer
 
-    producer = Producer.connect(redis_url)
+    producer = Producer.connect(redis_url, cluster=cluster)
     try:
         for ch in range(channels):
             team = CHANNEL_FMT.format(ch=ch)
@@ -265,19 +299,21 @@ def scrape(port: int) -> dict[str, float]:
 
 
 def fanbench_args(sc: Scenario, stack: Stack, out: Path) -> list[str]:
+    return fanbench_command(sc, stack.gw_port, [stack.gateway.pid], {"redis": stack.redis.pid}, out)
+
+
+def fanbench_command(
+    sc: Scenario, port: int, server_pids: list[int], pids: dict[str, int], out: Path
+) -> list[str]:
+    """fanbench's command line: subscribers to 127.0.0.1:``port``, the CPU of
+    ``server_pids`` summed as the server's, ``pids`` (name: pid) reported one by one."""
     jwt = token()
-    args = [
-        "taskset",
-        "-c",
-        "1",
-        PYTHON,
-        str(FANBENCH),
-        "--cpu",
-        "1",
-        "--server-pid",
-        str(stack.gateway.pid),
-        "--pid",
-        f"redis={stack.redis.pid}",
+    args = ["taskset", "-c", "1", PYTHON, str(FANBENCH), "--cpu", "1"]
+    for pid in server_pids:
+        args += ["--server-pid", str(pid)]
+    for name, pid in pids.items():
+        args += ["--pid", f"{name}={pid}"]
+    args += [
         "-n",
         str(sc.subscribers - sc.stalled),
         "-c",
@@ -306,7 +342,7 @@ def fanbench_args(sc: Scenario, stack: Stack, out: Path) -> list[str]:
             "--sub",
             "ws",
             "--url",
-            f"ws://127.0.0.1:{stack.gw_port}/v1/ws",
+            f"ws://127.0.0.1:{port}/v1/ws",
             "--sub-proto",
             f"gateway.v1,bearer.{jwt}",
             "--subscribe-msg",
@@ -317,7 +353,7 @@ def fanbench_args(sc: Scenario, stack: Stack, out: Path) -> list[str]:
             "--sub",
             "sse",
             "--url",
-            f"http://127.0.0.1:{stack.gw_port}/v1/teams/{{channel}}/events",
+            f"http://127.0.0.1:{port}/v1/teams/{{channel}}/events",
             "--ws-header",
             f"Authorization: Bearer {jwt}",
         ]

@@ -227,7 +227,7 @@ async def running(
         def observe(request: Request, responder: Responder) -> None:
             metrics.http_requests.labels(route=request.route, status=str(responder.status)).inc()
 
-        server = HttpServer(router, tg, max_body=settings.max_body_bytes, observe=observe)
+        server = HttpServer(router, max_body=settings.max_body_bytes, observe=observe)
         hub.last_progress = anyio.current_time()
         tg.start_soon(hub.run)
         tg.start_soon(ready.run)
@@ -243,8 +243,8 @@ async def running(
         try:
             yield node
         finally:
-            server.stop_listening()
-            server.close_all()
+            with anyio.CancelScope(shield=True):
+                await server.aclose()
             tg.cancel_scope.cancel()
     await backend.aclose()
 

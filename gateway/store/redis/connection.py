@@ -229,6 +229,7 @@ class RedisConnection:
         self._sentinel: Sentinel | None = None
         self._sentinel_target: SentinelTarget | None = None
         self._topology_ready = False
+        self._topology_lock = anyio.Lock()
         if cluster:
             url, more_seeds = split_seeds(url)
             self.url = url
@@ -331,11 +332,17 @@ class RedisConnection:
             self._run_id = run_id
 
     async def topology(self) -> None:
-        """Learn the cluster's shards (once; redirects keep it current afterwards)."""
+        """Learn the cluster's shards (once; redirects keep it current afterwards).
+
+        Single-flight: redis-py's cluster client set up by several first commands at
+        once loses some of their connections (``'NoneType' object has no attribute
+        'writelines'``), so concurrent first callers wait for one initialisation."""
         if self.cluster and not self._topology_ready:
-            with self.io("cluster topology"):
-                await self.client.initialize()
-            self._topology_ready = True
+            async with self._topology_lock:
+                if not self._topology_ready:
+                    with self.io("cluster topology"):
+                        await self.client.initialize()
+                    self._topology_ready = True
 
     async def refresh_topology(self) -> None:
         """Ask the cluster again who serves which slots (after a listener was refused or

@@ -123,6 +123,8 @@ class RedisFeeds(FeedStore):
     ) -> Any:
         args = self._args(feed, mode, retention, items, align, expect)
         keys = self._script_keys(feed)
+        if self._coalescer is None:
+            await self.conn.topology()  # a no-op once known; single-flight before
         if self._coalescer is not None and (mode != "append" or not self.min_replicas):
             reply = await self._coalescer.submit((keys, args))
             with translate(mode):
@@ -261,6 +263,7 @@ class RedisFeeds(FeedStore):
     ) -> list[Any]:
         """:meth:`_evalsha_many` on a cluster, which pipelines no scripts: the calls run
         concurrently (each on its key's shard), a bounded number at a time."""
+        await self.conn.topology()  # before the concurrent first calls (see there)
         replies: list[Any] = [None] * len(calls)
         limiter = anyio.CapacityLimiter(self.CLUSTER_CONCURRENCY)
 
