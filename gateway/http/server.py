@@ -27,7 +27,7 @@ from gateway.errors import (
     UnsupportedMediaType,
     error_body,
 )
-from gateway.http.h1 import HttpError, RequestParser, reason, response_head
+from gateway.http.h1 import HttpError, RequestParser, response_head
 
 log = structlog.get_logger("gateway.http")
 
@@ -346,11 +346,8 @@ class HttpConnection(asyncio.Protocol):
         if self.transport is None:
             return
         body = exc.body()
-        head = (
-            b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
-            b"connection: close\r\n\r\n" % (status, reason(status), len(body))
-        )
-        self.transport.write(head + body)
+        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+        self.transport.write(response_head(status, headers, close=True) + body)
         self.transport.write_eof()
         self._discarding = True
         transport = self.transport
@@ -409,9 +406,8 @@ class HttpConnection(asyncio.Protocol):
         if chunked:
             all_headers.append((b"transfer-encoding", b"chunked"))
         all_headers.append((b"connection", b"close" if not chunked else b"keep-alive"))
-        head = b"HTTP/1.1 %d %s\r\n" % (status, reason(status))
-        head += b"".join(k + b": " + v + b"\r\n" for k, v in all_headers) + b"\r\n"
-        self.transport.write(head)
+        # The connection header is among all_headers already (close: False).
+        self.transport.write(response_head(status, all_headers, close=False))
         # Read again (and discard): a client that goes away is noticed at once.
         self.transport.resume_reading()
         return Stream(self, chunked)

@@ -123,8 +123,8 @@ class RedisFeeds(FeedStore):
     ) -> Any:
         args = self._args(feed, mode, retention, items, align, expect)
         keys = self._script_keys(feed)
-        if self._coalescer is None:
-            await self.conn.topology()  # a no-op once known; single-flight before
+        if self.conn.cluster:
+            await self.conn.topology()  # learnt once, single-flight (see there)
         if self._coalescer is not None and (mode != "append" or not self.min_replicas):
             reply = await self._coalescer.submit((keys, args))
             with translate(mode):
