@@ -405,9 +405,11 @@ class HttpConnection(asyncio.Protocol):
         all_headers = list(headers)
         if chunked:
             all_headers.append((b"transfer-encoding", b"chunked"))
-        all_headers.append((b"connection", b"close" if not chunked else b"keep-alive"))
-        # The connection header is among all_headers already (close: False).
-        self.transport.write(response_head(status, all_headers, close=False))
+        # A stream ends by closing the connection, so it says so up front: a client
+        # told "keep-alive" would pool the socket and could send its next request into
+        # the close (undici's "fetch failed" when the FIN arrives just after the last
+        # chunk).
+        self.transport.write(response_head(status, all_headers, close=True))
         # Read again (and discard): a client that goes away is noticed at once.
         self.transport.resume_reading()
         return Stream(self, chunked)

@@ -344,3 +344,43 @@ async def test_an_http10_publish(node: Gateway) -> None:
         assert_ok_publish(r)
         assert r.headers["connection"] == "close"
         await client.closed()
+
+
+async def test_a_stream_says_connection_close_and_ends_with_the_connection(
+    node: Gateway,
+) -> None:
+    """A stream's end is the connection's end, so its head says so: a client told
+    keep-alive would pool the socket and could send its next request into the close."""
+    thread, run = ev.new_id(), ev.new_id()
+    path = f"/v1/threads/{thread}/runs/{run}/ui/ag-ui"
+    run_events = [
+        {"type": "RUN_STARTED", "threadId": thread, "runId": run},
+        {"type": "RUN_FINISHED", "threadId": thread, "runId": run},
+    ]
+    body = json.dumps(run_events).encode()
+    auth = f"Authorization: Bearer {token()}"
+    client = await connect(node)
+    async with client.stream:
+        await client.send(
+            request(
+                "POST",
+                path,
+                auth,
+                "Content-Type: application/json",
+                f"Content-Length: {len(body)}",
+                body=body,
+            )
+        )
+        assert_ok_publish(await client.response(), 2)
+        # The same keep-alive connection, then the run's stream on it (it ends).
+        await client.send(request("GET", path, auth, "Accept: text/event-stream"))
+        head = await client.response(to_head=True)
+        assert head.status == 200, head
+        assert head.headers["transfer-encoding"] == "chunked"
+        assert head.headers["connection"] == "close"
+        with anyio.fail_after(WAIT):
+            while not client.buf.endswith(b"\r\n0\r\n\r\n"):
+                await client._more()
+        assert b"RUN_FINISHED" in client.buf
+        client.buf = b""
+        await client.closed()
