@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 
 import anyio
@@ -27,7 +27,7 @@ from gateway.fanout.subscription import Chunk, Subscription, SubState, end_index
 from gateway.feed import FeedKey, FeedKind, FeedState, StoredItem
 from gateway.metrics import Metrics
 from gateway.resume import Restart, plan, restart_cursor
-from gateway.store.base import Batch, FeedStore, LiveFeed
+from gateway.store.base import Batch, FeedStore, LiveFeed, Positions
 from gateway.wire.format import Encoder, Format
 
 log = structlog.get_logger("gateway.hub")
@@ -80,13 +80,15 @@ class _Encoded:
         self.taken = 0
 
 
-class _Positions(Mapping[FeedKey, Cursor]):
-    """The channels' positions as a read-only mapping, without copying them."""
+class _Positions(Positions):
+    """The channels' positions as a read-only mapping, without copying them.  The hub
+    bumps :attr:`generation` whenever it adds or removes a channel."""
 
-    __slots__ = ("_channels",)
+    __slots__ = ("_channels", "generation")
 
     def __init__(self, channels: dict[FeedKey, Channel]) -> None:
         self._channels = channels
+        self.generation = 0
 
     def __getitem__(self, feed: FeedKey) -> Cursor:
         return self._channels[feed].position
@@ -215,6 +217,7 @@ class Hub:
         created = channel is None
         if channel is None:
             channel = self.channels[sub.feed] = Channel(sub.feed, state.head_cursor)
+            self._positions.generation += 1
             self._changed.set()
         channel.subs.add(sub)
         try:
@@ -377,6 +380,7 @@ class Hub:
             del channel.encoders[name]
         if not channel.subs:
             del self.channels[sub.feed]
+            self._positions.generation += 1
             if not self.channels:
                 self._idle.set()
 

@@ -200,6 +200,16 @@ class FeedStore(abc.ABC):
         """
 
 
+class Positions(Mapping[FeedKey, Cursor]):
+    """The positions a node follows, for :meth:`LiveFeed.read_new`, with a
+    :attr:`generation` that changes whenever the set of feeds in it does (not when a
+    position moves): a reader that saw the same generation may skip comparing the sets,
+    which costs a pass over every followed feed on each read."""
+
+    __slots__ = ()
+    generation: int
+
+
 class LiveFeed(abc.ABC):
     """How a node learns of new items (and transient messages) of the feeds it follows."""
 

@@ -22,7 +22,7 @@ import anyio
 
 from gateway.cursor import Cursor
 from gateway.feed import FeedKey, StoredItem
-from gateway.store.base import Batch, LiveFeed
+from gateway.store.base import Batch, LiveFeed, Positions
 from gateway.store.redis.connection import ListenerAddress, RedisConnection
 from gateway.store.redis.feeds import RedisFeeds, stored_item
 from gateway.store.redis.listener import Listener, Waker
@@ -60,6 +60,8 @@ class RedisLive(LiveFeed):
         conn.on_wake = self._waker.wake
         #: Feeds the previous read followed, and their stream keys (cached).
         self._followed: set[FeedKey] = set()
+        #: The generation of the positions ``_followed`` was taken from (None: unknown).
+        self._followed_generation: int | None = None
         self._stream_keys: dict[FeedKey, bytes] = {}
         self._feeds_by_key: dict[bytes, FeedKey] = {}
         self._last_sweep = 0.0
@@ -112,6 +114,7 @@ class RedisLive(LiveFeed):
             listener.close()
         self._route.clear()
         self._followed = set()
+        self._followed_generation = None
         self._confirmed.clear()
 
     def _stream_key(self, feed: FeedKey) -> bytes:
@@ -230,6 +233,7 @@ class RedisLive(LiveFeed):
             for feed in gone:
                 del self._route[feed]
             self._followed -= gone
+            self._followed_generation = None
             self._confirmed -= gone
         return bool(failed)
 
@@ -245,6 +249,7 @@ class RedisLive(LiveFeed):
         for feed in moved:
             self._route.pop(feed, None)
         self._followed -= moved
+        self._followed_generation = None
         self._confirmed -= moved
         return bool(moved)
 
@@ -265,15 +270,21 @@ class RedisLive(LiveFeed):
         stamps: dict[FeedKey, float] = {}
         transient: dict[FeedKey, list[tuple[int, bytes]]] = {}
         try:
-            current = set(positions)
+            # The same generation: the same set of feeds as last time (no pass over it).
+            generation = positions.generation if isinstance(positions, Positions) else None
+            same = generation is not None and generation == self._followed_generation
+            current = self._followed if same else set(positions)
             if sweep or moved or self.conn.woken or current != self._followed:
                 # The set of feeds changed: (un)subscribe, and read the new ones now.
                 self.conn.woken = False
                 added, removed = current - self._followed, self._followed - current
+                # Unknown until subscribed (a failure here must not be taken as done).
+                self._followed_generation = None
                 await self._subscribe(added)
                 self._unsubscribe(removed)
                 self._followed = current
-                todo = current if sweep else added
+                todo = set(current) if sweep else added
+            self._followed_generation = generation
             if sweep:
                 self._last_sweep = now
                 return pushed, todo, stamps, transient
