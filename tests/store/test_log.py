@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import anyio
 import pytest
@@ -11,7 +11,7 @@ import pytest
 from gateway.cursor import Cursor
 from gateway.errors import HeadMoved, IdempotencyKeyReused
 from gateway.feed import FeedKey, NewItem, team_feed
-from gateway.store.base import Backend, chain_next
+from gateway.store.base import Backend, Positions, chain_next
 from gateway.store.redis import redis_backend
 from gateway.store.redis.live import _announced
 from tests.support import events as ev
@@ -205,6 +205,71 @@ async def test_read_new_follows_many_feeds_and_epoch_changes(store: Backend) -> 
         (r3.state.epoch, 1),
         (r3.state.epoch, 2),
     ]
+
+
+class CountedPositions(Positions):
+    """Positions that count the passes over their feeds (``__iter__``)."""
+
+    def __init__(self, positions: dict[FeedKey, Cursor]) -> None:
+        self.positions = positions
+        self.generation = 0
+        self.passes = 0
+
+    def __getitem__(self, feed: FeedKey) -> Cursor:
+        return self.positions[feed]
+
+    def __iter__(self) -> Iterator[FeedKey]:
+        self.passes += 1
+        return iter(self.positions)
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def __contains__(self, feed: object) -> bool:
+        return feed in self.positions
+
+
+async def test_read_new_follows_the_feeds_a_new_generation_adds_and_removes(
+    store: Backend, node_redis: tuple[str | None, str]
+) -> None:
+    f1, f2, f3 = feed(), feed(), feed()
+    heads = {f: (await store.feeds.append(f, items(1), retention=100)).state for f in (f1, f2, f3)}
+    positions = CountedPositions({f1: heads[f1].head_cursor, f2: heads[f2].head_cursor})
+    assert await store.live.read_new(positions, count=100, block_ms=100) == {}
+
+    async def read() -> dict[FeedKey, list[int]]:
+        got = await store.live.read_new(positions, count=100, block_ms=2_000)
+        for f, batch in got.items():
+            if batch.items:
+                positions.positions[f] = batch.items[-1].cursor
+        return {f: [i.offset for i in b.items] for f, b in got.items()}
+
+    await store.feeds.append(f1, items(1), retention=100)
+    assert await read() == {f1: [2]}
+    passes = positions.passes
+    await store.feeds.append(f2, items(1), retention=100)
+    assert await read() == {f2: [2]}
+    if node_redis[0] is not None:
+        # The same generation: the same feeds, no pass over them to find out.
+        assert positions.passes == passes
+    # A new generation: f3 in, f1 out.
+    positions.positions[f3] = heads[f3].head_cursor
+    del positions.positions[f1]
+    positions.generation += 1
+    await store.live.wake()
+    await store.feeds.append(f1, items(1), retention=100)
+    await store.feeds.append(f3, items(1), retention=100)
+    got: dict[FeedKey, list[int]] = {}
+    with anyio.fail_after(10):
+        while f3 not in got:
+            got.update(await read())
+    assert got == {f3: [2]}
+    await store.feeds.append(f1, items(1), retention=100)
+    await store.feeds.append(f2, items(1), retention=100)
+    with anyio.fail_after(10):
+        while f2 not in got:
+            got.update(await read())
+    assert f1 not in got and got[f2] == [3]
 
 
 async def test_reads_carry_the_append_time(store: Backend) -> None:

@@ -246,12 +246,14 @@ class RedisLive(LiveFeed):
                 feed = self._feeds_by_key.get(channel)
                 if feed is not None:
                     moved.add(feed)
+        if not moved:
+            return False
         for feed in moved:
             self._route.pop(feed, None)
         self._followed -= moved
         self._followed_generation = None
         self._confirmed -= moved
-        return bool(moved)
+        return True
 
     async def _listen(self, positions: Mapping[FeedKey, Cursor], block_ms: int) -> _Gathered:
         """Published items that continue each position, the feeds to read instead, the
@@ -274,7 +276,7 @@ class RedisLive(LiveFeed):
             generation = positions.generation if isinstance(positions, Positions) else None
             same = generation is not None and generation == self._followed_generation
             current = self._followed if same else set(positions)
-            if sweep or moved or self.conn.woken or current != self._followed:
+            if sweep or moved or self.conn.woken or (not same and current != self._followed):
                 # The set of feeds changed: (un)subscribe, and read the new ones now.
                 self.conn.woken = False
                 added, removed = current - self._followed, self._followed - current
