@@ -204,7 +204,8 @@ async def running(
 
     # A key file that is missing or broken at start-up is a configuration error.
     authenticator = Authenticator.from_settings(settings)
-    connections = Connections()
+    tick = Ticker.tick_seconds(settings.ws_ping_interval, settings.ws_ping_timeout)
+    connections = Connections(slot_seconds=tick / 4)
     services = Services(
         settings=settings,
         hub=hub,
@@ -231,7 +232,7 @@ async def running(
         hub.last_progress = anyio.current_time()
         tg.start_soon(hub.run)
         tg.start_soon(ready.run)
-        ticker = Ticker(connections, settings.ws_ping_interval, settings.ws_ping_timeout)
+        ticker = Ticker(connections, tick)
         tg.start_soon(ticker.run)
         for inbox in inboxes:
             inbox.last_progress = anyio.current_time()

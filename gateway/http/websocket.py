@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 
 import anyio
 import anyio.abc
@@ -365,6 +366,9 @@ class Session:
             self._send(ws.error(str(exc.code), exc.message))
             return
         self.principal = fresh
+        # The fresh token may expire sooner than the one it replaces.
+        now = anyio.current_time()
+        self.services.connections.schedule(self, self.next_due(now, time.time()))
         for name in list(self.entries):
             try:
                 access.feed_named(fresh, name)
@@ -372,16 +376,18 @@ class Session:
                 self._unsubscribe(name)
                 self._send(ws.error(str(ErrorCode.NOT_FOUND), "no such feed", name))
 
-    def tick(self, now: float, wall: float) -> None:
-        """Timers, driven by the node's one :class:`Keepalive` task: token expiry,
-        pings and their timeout, and the close handshake's timeout."""
+    def tick(self, now: float, wall: float) -> float:
+        """Timers, driven by the node's one :class:`Ticker` task: token expiry, pings
+        and their timeout, and the close handshake's timeout.  Returns when the next
+        one is due (monotonic)."""
         if self._close_deadline is not None:
             if now >= self._close_deadline:
                 self._finish()
-            return
+                return now + CLOSE_TIMEOUT
+            return self._close_deadline
         if wall >= self.principal.expires_at:
             self.close(CloseCode.UNAUTHENTICATED, "token expired")
-            return
+            return now + CLOSE_TIMEOUT
         if self._ping_sent is not None:
             if now - self._ping_sent > self.settings.ws_ping_timeout:
                 self.log().info("ping timeout: closing", timeout=self.settings.ws_ping_timeout)
@@ -390,11 +396,21 @@ class Session:
                 self._end_subscriptions()
                 self.stream.abort()
                 self._finish()
+                return now + CLOSE_TIMEOUT
         elif now >= self._next_ping and self.protocol.state is State.OPEN:
             self._ping_payload = os.urandom(4)
             self._ping_sent = now
             self.protocol.send_ping(self._ping_payload)
             self._flush()
+        return self.next_due(now, wall)
+
+    def next_due(self, now: float, wall: float) -> float:
+        """When the ping (or its timeout) or the token's expiry is next due."""
+        if self._ping_sent is not None:
+            ping = self._ping_sent + self.settings.ws_ping_timeout
+        else:
+            ping = self._next_ping
+        return min(ping, now + max(0.0, self.principal.expires_at - wall))
 
     # -- closing -------------------------------------------------------------------
 
@@ -411,6 +427,7 @@ class Session:
             self._flush()
         # The client's close frame ends it sooner (see _process).
         self._close_deadline = anyio.current_time() + CLOSE_TIMEOUT
+        self.services.connections.schedule(self, self._close_deadline)
 
     def _finish(self) -> None:
         if not self._closed.is_set():
@@ -513,7 +530,7 @@ async def upgrade(
         session = Session(
             services, principal=principal, stream=stream, protocol=protocol, remote=remote
         )
-        services.connections.add_timed(session)
+        services.connections.add_timed(session, session.next_due(anyio.current_time(), time.time()))
         metrics.connections.labels(transport=TRANSPORT).inc()
         metrics.connects.labels(transport=TRANSPORT).inc()
         # The session's own lines carry its context via Session.log(); this binds it
