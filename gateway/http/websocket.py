@@ -16,18 +16,16 @@ Nothing a socket does affects another socket.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import time
 
 import anyio
 import anyio.abc
 import structlog
-from websockets.datastructures import Headers
 from websockets.frames import Close, Frame, Opcode
-from websockets.http11 import Request as WsRequest
 from websockets.protocol import State
 from websockets.server import ServerProtocol
-from websockets.typing import Subprotocol
 
 from gateway import access
 from gateway.auth import Principal, bearer_token
@@ -47,6 +45,7 @@ from gateway.fanout.outbox import Outbox
 from gateway.fanout.policy import Overflows
 from gateway.fanout.subscription import Subscription
 from gateway.feed import FeedKey
+from gateway.http import ws_handshake
 from gateway.http.server import Request, Responder, Stream, connection_id
 from gateway.http.services import Services
 from gateway.wire import ws
@@ -55,6 +54,8 @@ from gateway.wire.format import Format
 from gateway.wire.registry import ws_format
 
 log = structlog.get_logger("gateway.ws")
+#: websockets' logger, looked up once (its protocol asks for one per socket).
+_WS_LOGGER = logging.getLogger("websockets.server")
 
 #: How long a closing socket waits for the client's close frame.
 CLOSE_TIMEOUT = 2.0
@@ -494,17 +495,15 @@ async def upgrade(
         raise Forbidden("origin not allowed")
     if ws.SUBPROTOCOL not in offered:
         raise InvalidRequest("offer the gateway.v1 subprotocol")
-    handshake = ServerProtocol(
-        subprotocols=[Subprotocol(ws.SUBPROTOCOL)],
-        select_subprotocol=_select_gateway_v1,
+    try:
+        accept = ws_handshake.check(request.headers, request.http11)
+    except ws_handshake.HandshakeError as exc:
+        raise InvalidRequest(f"not a valid WebSocket upgrade request: {exc}") from None
+    # The frames from here on: websockets' protocol, already open (the handshake was
+    # ours), with one logger for every socket instead of a lookup per socket.
+    protocol = ServerProtocol(
+        state=State.OPEN, max_size=settings.ws_max_message_bytes, logger=_WS_LOGGER
     )
-    headers = Headers()
-    for name, value in request.headers.items():
-        headers[name] = value
-    response = handshake.accept(WsRequest(request.raw_target.decode("latin-1"), headers))
-    if response.status_code != 101:
-        raise InvalidRequest("not a valid WebSocket upgrade request")
-    protocol = ServerProtocol(state=State.OPEN, max_size=settings.ws_max_message_bytes)
     # Refused (429) before the upgrade; the lease is given back on every exit path
     # (client gone, errors, cancellation).
     with services.limits.acquire(principal.tenant):
@@ -523,9 +522,8 @@ async def upgrade(
 
         remote = responder.remote
         trailing, stream = responder.take_over(on_data, on_eof)
-        stream.write_nowait(response.serialize())
+        stream.write_nowait(ws_handshake.response(accept, ws.SUBPROTOCOL))
         # Idle sockets are many: keep nothing of the handshake alive.
-        del handshake, headers, response
         request.headers.clear()
         session = Session(
             services, principal=principal, stream=stream, protocol=protocol, remote=remote
@@ -550,10 +548,6 @@ async def upgrade(
                 reason = _reason(code)
                 metrics.disconnects.labels(transport=TRANSPORT, reason=reason).inc()
                 log.info("connection closed", reason=reason, code=code)
-
-
-def _select_gateway_v1(protocol: ServerProtocol, offered: object) -> Subprotocol | None:
-    return Subprotocol(ws.SUBPROTOCOL) if ws.SUBPROTOCOL in offered else None  # type: ignore[operator]
 
 
 def _reason(code: int | None) -> str:
