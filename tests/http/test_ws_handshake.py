@@ -85,5 +85,5 @@ def test_the_same_verdict_as_websockets(headers: dict[str, str]) -> None:
 
 
 def test_http10_is_refused() -> None:
-    with pytest.raises(ws_handshake.HandshakeError, match="HTTP/1.1"):
+    with pytest.raises(ws_handshake.HandshakeError, match=r"HTTP/1\.1"):
         ws_handshake.check(GOOD, http11=False)
