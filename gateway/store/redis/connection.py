@@ -29,6 +29,7 @@ from urllib.parse import unquote, urlsplit
 
 import anyio
 import redis.asyncio as aioredis
+import redis.asyncio.cluster as _redis_cluster
 import redis.exceptions
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.connection import Connection, SSLConnection, parse_url
@@ -44,6 +45,30 @@ from gateway.metrics import Metrics
 SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
 #: The writer identity the append step replaces with the shard master's node id.
 CLUSTER_IDENTITY = "@cluster"
+
+
+class _LastReleasedFirst(ClusterNode):
+    """A cluster node that hands out its most recently released connection first.
+
+    redis-py (8.1) follows an ASK redirect by sending ``ASKING`` as a pooled command of
+    its own and then the redirected command on whatever connection the node hands out
+    next.  Its free list is first-in first-out, so with two or more idle connections the
+    command goes out on another connection than ``ASKING``: the importing shard answers
+    MOVED, the owner ASK again, until "TTL exhausted", and a feed whose slot is half
+    migrated takes no write.  Last-released-first puts both on one connection (nothing
+    runs between the two: no await separates ASKING's release from the next acquire).
+    """
+
+    def acquire_connection(self) -> Any:
+        try:
+            return self._free.pop()
+        except IndexError:
+            return super().acquire_connection()
+
+
+# The nodes the cluster client makes for itself (from the slot map, on redirects) are
+# made by name in redis-py's module: this is the one place that name is replaced.
+_redis_cluster.ClusterNode = _LastReleasedFirst  # type: ignore[misc]
 
 
 @contextlib.contextmanager
@@ -235,7 +260,7 @@ class RedisConnection:
             self.url = url
             self.client: Any = RedisCluster.from_url(
                 url,
-                startup_nodes=[ClusterNode(host, port) for host, port in more_seeds],
+                startup_nodes=[_LastReleasedFirst(host, port) for host, port in more_seeds],
                 max_connections=max_connections,
                 decode_responses=False,
                 socket_connect_timeout=min(timeout, 5.0),
