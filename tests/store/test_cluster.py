@@ -241,6 +241,45 @@ async def test_a_new_producers_first_concurrent_appends_all_land(
             await producer.aclose()
 
 
+async def test_appends_land_while_the_feeds_slot_is_half_migrated(
+    cluster: RedisCluster, prefix: str
+) -> None:
+    # Keys moved, slot still MIGRATING / IMPORTING: every append is ASK-redirected.  The
+    # redirected call must go out on the connection that sent ASKING; redis-py sent it
+    # on another whenever the target shard had two idle connections ("TTL exhausted").
+    backend = redis_backend(cluster.seed_url, prefix=prefix, cluster=True)
+    try:
+        teams = cluster.teams_on_every_shard(6, TENANT)
+        feed = team_feed(TENANT, teams[0])
+        first = await backend.feeds.append(feed, [NewItem(None, b"0")], retention=100)
+        [(source, [key, *_])] = holders(cluster, f"{prefix}:*{feed.id}*").items()
+        slot = cluster.keyslot(key)
+        target = next(m.port for m in cluster.masters() if m.port != source)
+        # Several idle connections to the target shard: concurrent appends there.
+        others = [team_feed(TENANT, t) for t in teams[1:]]
+        there = [f for f in others if cluster.owner(cluster.keyslot(f.tag())).port == target]
+        assert there, "a team on the target shard"
+        async with anyio.create_task_group() as tg:
+            for other in there * 4:
+                tg.start_soon(
+                    lambda f: backend.feeds.append(f, [NewItem(None, b"x")], retention=100),
+                    other,
+                )
+        await anyio.to_thread.run_sync(cluster.begin_migration, slot, target)
+        moved = await anyio.to_thread.run_sync(cluster.move_keys, slot, source, target)
+        assert moved == 3
+        try:
+            with anyio.fail_after(DEADLINE):
+                for n in range(1, 6):
+                    r = await backend.feeds.append(feed, [NewItem(None, b"%d" % n)], retention=100)
+                    assert r.cursors == [Cursor(first.state.epoch, n + 1)]
+        finally:
+            await anyio.to_thread.run_sync(cluster.finish_migration, slot, source, target)
+            await cluster.wait_ok()
+    finally:
+        await backend.aclose()
+
+
 @pytest.mark.parametrize(
     ("url", "first", "more"),
     [
