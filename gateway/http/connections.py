@@ -1,9 +1,9 @@
 """The node's open client connections (SSE streams and WebSocket sockets), for draining,
 and the one timer task that drives every socket's pings and token expiry.
 
-Timers are kept on a wheel of slots (a quarter of the ticker's tick): each timed connection sits in
-the slot of its next due time, and the :class:`Ticker` visits only the slots that came
-due.  An idle socket is visited when its ping is due (or at least every
+Timers are kept on a wheel of slots (a quarter of the ticker's tick): each timed
+connection sits in the slot of its next due time, and the :class:`Ticker` visits only
+the slots that came due.  An idle socket is visited when its ping is due (or at least every
 :data:`LONGEST_WAIT` seconds), not on every tick: the ticker's work follows what is due,
 not how many sockets are open.
 """
@@ -115,9 +115,10 @@ class Ticker:
     """One task per node for every socket's timers (a task per socket costs memory).
 
     It ticks every ``tick`` seconds (at most one second) and runs the timers that came
-    due, so pings go out within a tick of their interval, a missing pong is noticed
-    within a tick of its timeout, and an expired token closes the socket within a tick
-    of ``exp`` (within :data:`LONGEST_WAIT` if the wall clock steps).
+    due, so pings go out within a tick and a slot (a quarter tick) of their interval, a
+    missing pong is noticed within as much of its timeout, and an expired token closes
+    the socket within as much of ``exp`` (within :data:`LONGEST_WAIT` if the wall clock
+    steps).
     """
 
     def __init__(self, connections: Connections, tick: float) -> None:

@@ -73,11 +73,6 @@ def subscribe_cursor(fmt: Format, after: str | None) -> tuple[Cursor | None, int
     return parse_cursor(after), None
 
 
-def _offered_subprotocols(request: Request) -> list[str]:
-    raw = request.headers.get("sec-websocket-protocol", "")
-    return [p.strip() for p in raw.split(",") if p.strip()]
-
-
 class _Entry:
     """One feed of a socket: its driver (once opened) and the task driving it, if any."""
 
@@ -487,7 +482,7 @@ async def upgrade(
     settings, metrics = services.settings, services.metrics
     if services.hub.draining:
         raise Unavailable("this node is draining: reconnect to another")
-    offered = _offered_subprotocols(request)
+    offered = ws_handshake.subprotocols(request.headers)
     principal = _principal(services, request, offered)
     origins = [o.strip() for o in settings.ws_origins.split(",") if o.strip()]
     origin = request.headers.get("origin")

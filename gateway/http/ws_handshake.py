@@ -27,8 +27,14 @@ class HandshakeError(ValueError):
     """Not a valid WebSocket upgrade request; the message says why."""
 
 
-def _options(value: str) -> list[str]:
+def options(value: str) -> list[str]:
+    """The items of a comma-separated header value, trimmed, empty ones dropped."""
     return [part.strip() for part in value.split(",") if part.strip()]
+
+
+def subprotocols(headers: Mapping[str, str]) -> list[str]:
+    """The subprotocols the client offers (``Sec-WebSocket-Protocol``), in order."""
+    return options(headers.get("sec-websocket-protocol", ""))
 
 
 def accept_key(key: str) -> str:
@@ -42,10 +48,10 @@ def check(headers: Mapping[str, str], http11: bool) -> str:
     :class:`HandshakeError`."""
     if not http11:
         raise HandshakeError("a WebSocket upgrade needs HTTP/1.1")
-    connection = _options(headers.get("connection", ""))
+    connection = options(headers.get("connection", ""))
     if not any(option.lower() == "upgrade" for option in connection):
         raise HandshakeError("the Connection header does not say upgrade")
-    upgrade = _options(headers.get("upgrade", ""))
+    upgrade = options(headers.get("upgrade", ""))
     if not (len(upgrade) == 1 and upgrade[0].lower() == "websocket"):
         raise HandshakeError("the Upgrade header must be websocket")
     key = headers.get("sec-websocket-key")

@@ -984,6 +984,58 @@ async def raw_upgrade(node: Gateway) -> anyio.abc.SocketStream:
     return stream
 
 
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        (("Sec-WebSocket-Version: 13", "Sec-WebSocket-Version: 8"), "Sec-WebSocket-Version"),
+        (("Sec-WebSocket-Key: ", "Sec-WebSocket-Key: c2hvcnQ="), "Sec-WebSocket-Key"),
+        (("Connection: Upgrade", "Connection: keep-alive"), "Connection"),
+        (("Upgrade: websocket", "Upgrade: websocket, h2c"), "Upgrade"),
+    ],
+    ids=["version-8", "short-key", "no-upgrade-option", "two-protocols"],
+)
+async def test_a_malformed_upgrade_is_a_typed_400_naming_the_header(
+    mem_node: Gateway, change: tuple[str, str], named: str
+) -> None:
+    key = base64.b64encode(os.urandom(16)).decode()
+    request = (
+        "GET /v1/ws HTTP/1.1\r\n"
+        f"Host: {mem_node.settings.host}:{mem_node.port}\r\n"
+        "Upgrade: websocket\r\n"
+        "Connection: Upgrade\r\n"
+        "Sec-WebSocket-Key: KEY\r\n"
+        "Sec-WebSocket-Version: 13\r\n"
+        f"Sec-WebSocket-Protocol: {SUBPROTOCOL}\r\n"
+        f"Authorization: Bearer {token()}\r\n"
+        "\r\n"
+    )
+    old, new = change
+    if old == "Sec-WebSocket-Key: ":
+        request = request.replace("Sec-WebSocket-Key: KEY", new)
+    else:
+        request = request.replace("KEY", key).replace(old, new)
+    with anyio.fail_after(5):
+        async with await anyio.connect_tcp(mem_node.settings.host, mem_node.port) as stream:
+            await stream.send(request.encode())
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += await stream.receive()
+            head, _, body = data.partition(b"\r\n\r\n")
+            lengths = [
+                line.split(b":", 1)[1]
+                for line in head.split(b"\r\n")
+                if line.lower().startswith(b"content-length:")
+            ]
+            while len(body) < int(lengths[0]):
+                body += await stream.receive()
+    assert head.startswith(b"HTTP/1.1 400 "), data
+    error = json.loads(body)["error"]
+    assert error["code"] == "invalid_request"
+    assert error["message"].startswith("not a valid WebSocket upgrade request: ")
+    assert named in error["message"], error
+    assert ws_metric(mem_node, "gateway_connections") == 0
+
+
 async def test_peer_that_does_not_answer_pings_is_dropped() -> None:
     interval = timeout = 0.3
     async with start_node(ws_ping_interval=interval, ws_ping_timeout=timeout) as node:

@@ -280,8 +280,7 @@ class RedisLive(LiveFeed):
                 # The set of feeds changed: (un)subscribe, and read the new ones now.
                 self.conn.woken = False
                 added, removed = current - self._followed, self._followed - current
-                # Unknown until subscribed (a failure here must not be taken as done).
-                self._followed_generation = None
+                # A failure here forgets the generation too (_replace_listeners below).
                 await self._subscribe(added)
                 self._unsubscribe(removed)
                 self._followed = current
