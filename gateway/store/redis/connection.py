@@ -445,7 +445,16 @@ class RedisConnection:
         self, what: str, command: str | None = None, *, within: float | None = None
     ) -> Iterator[None]:
         """Translate failures to Unavailable, bound the call (``within`` seconds, default
-        :attr:`timeout`) and time the command (if named)."""
+        :attr:`timeout`) and time the command (if named).
+
+        A call with the default bound is shielded from its caller's cancellation: it
+        ends (answered, failed or timed out) within the bound, and only then does the
+        cancellation take effect.  redis-py drops a connection whose command was
+        cancelled in flight (its reply state is unknown), so without the shield every
+        client that leaves while its history is being read, which is most reconnects,
+        costs the pool a connection and the next caller a connect and a handshake.
+        Blocking reads (``within`` given) wait for producers and stay cancellable.
+        """
         # A failed command alone is no reason to verify everything: a restart or a
         # failover shows as a new run_id (_on_connect) or a lost listener.
         started = time.perf_counter()
@@ -453,7 +462,7 @@ class RedisConnection:
         try:
             with translate(what):
                 try:
-                    with anyio.fail_after(bound):
+                    with anyio.fail_after(bound, shield=within is None):
                         yield
                 except TimeoutError as exc:
                     raise Unavailable(f"redis did not answer {what} within {bound:g} s") from exc
