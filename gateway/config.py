@@ -170,7 +170,8 @@ SETTINGS_HELP: dict[str, str] = {
     "not completed a read (an empty one counts) for this many seconds beyond "
     "GATEWAY_READ_BLOCK_MS.",
     "node_id": "This node's consumer name in the inbox consumer groups (default host-pid).",
-    "inbox_claim_ms": "Inbox messages pending this long on a dead node are claimed.",
+    "inbox_claim_ms": "Inbox messages pending this long on a dead node are claimed "
+    "(looked for every tenth of it).",
     "ws_max_subscriptions": "WebSocket: most subscriptions one socket may hold.",
     "ws_ping_interval": "WebSocket: seconds between server pings.",
     "ws_ping_timeout": "WebSocket: seconds a pong may take before the socket is closed.",

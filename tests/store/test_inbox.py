@@ -367,6 +367,27 @@ async def test_a_restarted_node_processes_its_own_pending_messages_first(
         await wait_drained(raw, redis_prefix, msg_id)
 
 
+async def test_an_inbox_whose_group_was_lost_is_read_again(
+    redis_url: str, redis_prefix: str, raw: Any
+) -> None:
+    """The group is made once; when it is lost (a Redis restarted empty loses the
+    stream and its group) the node makes it again and reads on."""
+    team = ev.team_id()
+    first, second = ev.item(), ev.item()
+    stream = inbox_key(redis_prefix, "team")
+    async with start_node(redis_url, redis_prefix) as node:
+        await wait_drained(raw, redis_prefix, await xadd(raw, redis_prefix, message(team, first)))
+        await raw.delete(stream)  # the stream and its consumer group are gone
+        await xadd(raw, redis_prefix, message(team, second))  # a stream with no group
+        state = await wait_for_head(node, team, 2)
+        assert state.head == 2
+        got = await follow(node, team, 2)
+        assert [s.data for s in got] == [
+            team_item(state.epoch, 1, first),
+            team_item(state.epoch, 2, second),
+        ]
+
+
 async def test_metrics_count_outcomes(redis_url: str, redis_prefix: str, raw: Any) -> None:
     team = ev.team_id()
     async with start_node(redis_url, redis_prefix) as node:
