@@ -128,8 +128,8 @@ class Inbox:
         restarted empty has lost it: the read fails until it exists).  Messages left
         pending by other consumers are looked for every tenth of ``claim_ms`` (at most
         once per read; at once again after a full batch), so one is claimed within
-        1.1 x ``claim_ms`` of its delivery;
-        an idle node pays one blocking read per inbox per ``block_ms`` and little else.
+        1.1 x ``claim_ms`` of its delivery; an idle node pays one blocking read per inbox
+        per ``block_ms`` and little else.
         """
         backoff = 0.1
         own_pending = True  # first drain what this consumer left pending earlier

@@ -13,17 +13,13 @@ from gateway.store.redis.connection import RedisConnection
 from tests.support.redis_server import RedisServer
 from tests.support.wait import until
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.redis_admin]
 
 
 @pytest.fixture
 def server() -> Iterator[RedisServer]:
-    srv = RedisServer()
-    srv.start()
-    try:
+    with RedisServer() as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 def _connections_made(admin: redis.Redis) -> int:
