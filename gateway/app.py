@@ -232,7 +232,7 @@ async def running(
         hub.last_progress = anyio.current_time()
         tg.start_soon(hub.run)
         tg.start_soon(ready.run)
-        ticker = Ticker(connections, tick)
+        ticker = Ticker(connections)
         tg.start_soon(ticker.run)
         for inbox in inboxes:
             inbox.last_progress = anyio.current_time()

@@ -1,11 +1,11 @@
 """The node's open client connections (SSE streams and WebSocket sockets), for draining,
 and the one timer task that drives every socket's pings and token expiry.
 
-Timers are kept on a wheel of slots (a quarter of the ticker's tick): each timed
-connection sits in the slot of its next due time, and the :class:`Ticker` visits only
-the slots that came due.  An idle socket is visited when its ping is due (or at least every
-:data:`LONGEST_WAIT` seconds), not on every tick: the ticker's work follows what is due,
-not how many sockets are open.
+Timers are kept on a wheel of slots (a quarter of :meth:`Ticker.tick_seconds`): each
+timed connection sits in the slot of its next due time, and the :class:`Ticker` visits
+only the slots that came due.  An idle socket is visited when its ping is due (or at
+least every :data:`LONGEST_WAIT` seconds), not on every wake-up: the ticker's work
+follows what is due, not how many sockets are open.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ class Connections:
     """Open connections; a connection registers while it streams and leaves when done."""
 
     def __init__(self, slot_seconds: float = 0.25) -> None:
-        #: The wheel's resolution: a timer runs at most this much (plus a tick) late.
+        #: The wheel's resolution: a timer runs at most two of these late (see Ticker).
         self.slot_seconds = slot_seconds
         self._open: set[Connection] = set()
         self._timed: set[Connection] = set()
@@ -114,26 +114,28 @@ class Connections:
 class Ticker:
     """One task per node for every socket's timers (a task per socket costs memory).
 
-    It ticks every ``tick`` seconds (at most one second) and runs the timers that came
-    due, so pings go out within a tick and a slot (a quarter tick) of their interval, a
-    missing pong is noticed within as much of its timeout, and an expired token closes
-    the socket within as much of ``exp`` (within :data:`LONGEST_WAIT` if the wall clock
-    steps).
+    It wakes every slot of the wheel (a quarter of :meth:`tick_seconds`, so at most a
+    quarter second) and runs the timers whose slot came due: a timer is rounded up to
+    its slot's end and visited within a slot after it, so pings go out within two slots
+    of their interval, a missing pong is noticed within two slots of its timeout, and
+    an expired token closes the socket within two slots of ``exp`` (within
+    :data:`LONGEST_WAIT` if the wall clock steps).  A wake-up with nothing due costs one
+    empty slot lookup.
     """
 
-    def __init__(self, connections: Connections, tick: float) -> None:
+    def __init__(self, connections: Connections) -> None:
         self.connections = connections
-        self.tick = tick
 
     @staticmethod
     def tick_seconds(interval: float, timeout: float) -> float:
-        """The tick for a ping ``interval`` and pong ``timeout``: at most one second."""
+        """The tick for a ping ``interval`` and pong ``timeout``: at most one second
+        (the wheel's slots are a quarter of it)."""
         return min(1.0, interval / 4, timeout / 4)
 
     async def run(self) -> None:
         connections = self.connections
         while True:
-            await anyio.sleep(self.tick)
+            await anyio.sleep(connections.slot_seconds)
             now, wall = anyio.current_time(), time.time()
             for conn in connections.due(now):
                 due = conn.tick(now, wall)
