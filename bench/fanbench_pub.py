@@ -7,17 +7,25 @@ to Redis by the same atomic step the HTTP route and the inbox use.  The gateway 
 test only reads and fans out, as a node behind an ingest tier would.
 
 Environment: ``BENCH_REDIS_URL``, ``BENCH_PREFIX`` (default gw), ``BENCH_TENANT``,
-``BENCH_REDIS_CLUSTER`` (``1``: the URL names nodes of a Redis Cluster).
+``BENCH_REDIS_CLUSTER`` (``1``: the URL names nodes of a Redis Cluster),
+``BENCH_PUB_GATEWAY`` (a checkout whose ``gateway`` package publishes instead of this
+one's: an A/B of the gateway under test with the same publisher on both sides).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 from collections import defaultdict
 from typing import Any
 
-from gateway.producer import Producer
+if os.environ.get("BENCH_PUB_GATEWAY"):
+    sys.path.insert(0, os.environ["BENCH_PUB_GATEWAY"])
+    for _name in [m for m in sys.modules if m == "gateway" or m.startswith("gateway.")]:
+        del sys.modules[_name]  # fanbench's process may have imported ours already
+
+from gateway.producer import Producer  # noqa: E402
 
 SHA = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
 

@@ -41,6 +41,7 @@ from redis.maint_notifications import MaintNotificationsConfig
 from gateway.errors import Unavailable
 from gateway.feed import FeedKey, FeedState
 from gateway.metrics import Metrics
+from gateway.store.redis.lane import Lane
 
 SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
 #: The writer identity the append step replaces with the shard master's node id.
@@ -195,6 +196,8 @@ class ListenerAddress:
     tls: bool
     username: str | None
     password: str | None
+    #: The database (the lane selects it; pub/sub ignores it).
+    db: int = 0
 
 
 class RedisConnection:
@@ -318,6 +321,7 @@ class RedisConnection:
         self._run_id: bytes | None = None
         #: How many times this node found itself talking to another Redis process.
         self.server_changes = 0
+        self._lane: Lane | None = None
 
     async def master_address(self) -> tuple[str, int]:
         """The master's address, asked of the Sentinels (Sentinel URLs only)."""
@@ -348,8 +352,14 @@ class RedisConnection:
         for line in bytes(info).splitlines():
             if line.startswith(b"run_id:"):
                 run_id = line[7:].strip()
+        self.reached(run_id, f"{connection.host}:{connection.port}")
+
+    def reached(self, run_id: bytes | None, address: str) -> None:
+        """A new connection reached the server process ``run_id`` at ``address``
+        (``host:port``): note which server this node writes to now (Sentinel URLs), and
+        whether it is another process than before (see :meth:`_on_connect`)."""
         if self._sentinel is not None:
-            self.identity = f"{connection.host}:{connection.port}"
+            self.identity = address
         if run_id != self._run_id:
             if self._run_id is not None:
                 self.suspect = True
@@ -396,7 +406,9 @@ class RedisConnection:
             target = self._sentinel_target
             with self.io("sentinel"):
                 host, port = await self.master_address()
-            return ListenerAddress(host, port, None, target.tls, target.username, target.password)
+            return ListenerAddress(
+                host, port, None, target.tls, target.username, target.password, target.db
+            )
         options = parse_url(self.url)
         return ListenerAddress(
             str(options.get("host", "localhost")),
@@ -405,7 +417,17 @@ class RedisConnection:
             options.get("connection_class") is SSLConnection,
             options.get("username"),
             options.get("password"),
+            int(options.get("db", 0) or 0),
         )
+
+    def lane(self) -> Lane | None:
+        """The node's one lane for the append step (:mod:`.lane`), made on first use;
+        None on a cluster, whose keys live on their own shards."""
+        if self.cluster:
+            return None
+        if self._lane is None:
+            self._lane = Lane(self)
+        return self._lane
 
     @staticmethod
     def tls_context() -> ssl.SSLContext:
@@ -512,6 +534,8 @@ class RedisConnection:
             raise
 
     async def aclose(self) -> None:
+        if self._lane is not None:
+            self._lane.close()
         with contextlib.suppress(Exception):
             await self.client.aclose()
         if self._sentinel is not None:

@@ -14,6 +14,7 @@ from importlib import resources
 from typing import Any
 
 import anyio
+import hiredis
 import redis.exceptions
 import structlog
 
@@ -23,6 +24,7 @@ from gateway.feed import AppendResult, FeedKey, FeedState, NewItem, StoredItem
 from gateway.store.base import Batch, FeedStore, chain_next
 from gateway.store.redis.coalesce import Coalescer
 from gateway.store.redis.connection import RedisConnection, translate
+from gateway.store.redis.lane import pack
 
 log = structlog.get_logger("gateway.store")
 #: A call of a batch that failed, left in its place: redis-py's error, or ours.
@@ -31,6 +33,11 @@ _FAILED = (redis.exceptions.RedisError, Unavailable)
 _MAX_SEQ = 18446744073709551615  # stream ids are <ms>-<seq>, both 64-bit
 
 SCRIPT = resources.files("gateway.store.redis").joinpath("feed.lua").read_text()
+
+
+def _refused(reply: Any, code: str) -> bool:
+    """A lane reply that is Redis refusing the command with error ``code``."""
+    return isinstance(reply, hiredis.ReplyError) and str(reply).startswith(code)
 
 
 def stored_item(entry_id: bytes, fields: dict[bytes, bytes]) -> StoredItem:
@@ -67,6 +74,13 @@ class RedisFeeds(FeedStore):
         #: calls go to their shards one by one anyway).
         self._coalescer: Coalescer[tuple[list[str], list[Any]], Any] | None = (
             None if conn.cluster else Coalescer(self._flush)
+        )
+        #: Appends go over the node's lane (one raw pipelined connection, see
+        #: ``lane.py``), a loop iteration's worth at once; not on a cluster, nor with
+        #: ``min_replicas`` (its WAIT must follow the writes on their connection).
+        self._lane = None if min_replicas else conn.lane()
+        self._appends: Coalescer[tuple[list[str], list[Any]], Any] | None = (
+            None if self._lane is None else Coalescer(self._flush_appends)
         )
         #: The last :meth:`verify` could not check some feed (try again soon).
         self.deferred = False
@@ -125,6 +139,11 @@ class RedisFeeds(FeedStore):
         keys = self._script_keys(feed)
         if self.conn.cluster:
             await self.conn.topology()  # learnt once, single-flight (see there)
+        if mode == "append" and self._appends is not None:
+            reply = await self._appends.submit((keys, args))
+            if isinstance(reply, Unavailable):
+                raise reply
+            return reply
         if self._coalescer is not None and (mode != "append" or not self.min_replicas):
             reply = await self._coalescer.submit((keys, args))
             with translate(mode):
@@ -216,6 +235,34 @@ class RedisFeeds(FeedStore):
             except redis.exceptions.ResponseError as exc:
                 return [exc]
 
+    async def _flush_appends(self, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
+        with self.conn.io("append step", "append"):
+            return await self._evalsha_lane(calls)
+
+    async def _evalsha_lane(self, calls: Sequence[tuple[list[str], list[Any]]]) -> list[Any]:
+        """Append-step calls over the lane, their answers in order; a refused call's
+        answer is an Unavailable in its place.  As in :meth:`_evalsha_many`, calls a
+        server without the script refused (``NOSCRIPT``) are sent again once, after
+        the script is loaded."""
+        assert self._lane is not None
+        sha = self._script.sha
+        commands = [pack(["EVALSHA", sha, len(keys), *keys, *args]) for keys, args in calls]
+        replies = await self._lane.run(commands)
+        todo = [i for i, reply in enumerate(replies) if _refused(reply, "NOSCRIPT")]
+        if todo:
+            [loaded] = await self._lane.run([pack(["SCRIPT", "LOAD", SCRIPT])])
+            if isinstance(loaded, hiredis.ReplyError):
+                raise Unavailable(f"redis refused the append step's script: {loaded}")
+            again = await self._lane.run([commands[i] for i in todo])
+            for i, reply in zip(todo, again, strict=True):
+                replies[i] = reply
+        return [
+            Unavailable(f"redis rejected append: {reply}")
+            if isinstance(reply, hiredis.ReplyError)
+            else reply
+            for reply in replies
+        ]
+
     async def _evalsha_many(
         self,
         calls: Sequence[tuple[list[str], list[Any]]],
@@ -296,7 +343,10 @@ class RedisFeeds(FeedStore):
         ]
         wait = (self.min_replicas, self.replica_timeout_ms) if self.min_replicas else None
         with self.conn.io("append", "append_many"):
-            replies = await self._evalsha_many(calls, wait=wait, raise_errors=False)
+            if self._lane is not None:
+                replies = await self._evalsha_lane(calls)
+            else:
+                replies = await self._evalsha_many(calls, wait=wait, raise_errors=False)
         if wait is not None:
             replicas = replies.pop()
             if isinstance(replicas, int) and replicas < self.min_replicas:
@@ -307,6 +357,9 @@ class RedisFeeds(FeedStore):
                 )
         results: list[AppendResult | IdempotencyKeyReused | Unavailable] = []
         for (feed, _), reply in zip(appends, replies, strict=True):
+            if isinstance(reply, Unavailable):
+                results.append(reply)
+                continue
             if isinstance(reply, Exception):
                 results.append(Unavailable(f"redis rejected append: {reply}"))
                 continue

@@ -1,0 +1,260 @@
+"""A lane: one pipelined raw connection to Redis for the append step.
+
+redis-py costs about 150-180 us of CPU per append round trip on the project's VM (a
+pooled connection checked out and back, its retry wrapper, its asyncio timeouts,
+packing, a Python reply parser around hiredis), a third of a single-event publish.  The
+lane is an asyncio protocol on one connection: commands are packed by hand (RESP2) and
+written at once, many callers' commands on the wire together, and every reply is parsed
+by hiredis in ``data_received`` and handed to the future waiting for it, in order.
+
+What redis-py's pool did for these calls the lane does too, in :meth:`Lane.run`:
+
+- the handshake: ``AUTH``, ``SELECT`` and ``INFO server``, whose ``run_id`` goes to
+  :meth:`RedisConnection.reached` (a restart or a failover makes the node verify what it
+  follows); with a Sentinel URL the master's address is asked of the Sentinels on every
+  connect;
+- retries: a command whose connection was lost before its reply, or that a demoted master
+  refused (``READONLY``), is sent again on a new connection, twice at most, after a short
+  back-off.  Commands answered before the loss are not sent again.  This is what
+  redis-py's retry did for the append step (retrying it is safe for keyed items: the
+  retry returns the first attempt's cursor);
+- ``NOSCRIPT`` (a restarted server, ``SCRIPT FLUSH``): the caller loads the script and
+  sends just those commands again (see ``RedisFeeds``).
+
+A lane is not for a cluster (each key has its shard) nor for blocking commands.  Every
+call is bounded by the caller (``RedisConnection.io``); a call that times out or is
+cancelled before its replies came closes the connection, so a Redis that stopped
+answering is not waited on again and no reply is handed to the wrong caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections import deque
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, cast
+
+import anyio
+import hiredis
+
+from gateway.errors import Unavailable
+
+if TYPE_CHECKING:
+    from gateway.store.redis.connection import RedisConnection
+
+#: Sends of one command at most (the first and two retries).
+ATTEMPTS = 3
+#: Back-off before each retry, in seconds (redis-py's was 10 ms doubling, capped).
+BACKOFF = (0.01, 0.05)
+
+
+class LaneLost(ConnectionError):
+    """The lane's connection failed (or was closed) before every reply came."""
+
+
+def pack(args: Sequence[bytes | str | int]) -> bytes:
+    """One command in RESP2: an array of bulk strings."""
+    out = [b"*%d\r\n" % len(args)]
+    for arg in args:
+        if isinstance(arg, bytes):
+            data = arg
+        elif isinstance(arg, str):
+            data = arg.encode()
+        else:
+            data = b"%d" % arg
+        out.append(b"$%d\r\n" % len(data))
+        out.append(data)
+        out.append(b"\r\n")
+    return b"".join(out)
+
+
+def _readonly(reply: Any) -> bool:
+    return isinstance(reply, hiredis.ReplyError) and str(reply).startswith("READONLY")
+
+
+class _Pipe(asyncio.Protocol):
+    """The connection: writes commands, hands each reply to the oldest waiting future."""
+
+    def __init__(self) -> None:
+        self._reader = hiredis.Reader()
+        self._transport: asyncio.Transport | None = None
+        self._waiting: deque[asyncio.Future[Any]] = deque()
+        self.lost: Exception | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        self._reader.feed(data)
+        waiting = self._waiting
+        while True:
+            reply = self._reader.gets()
+            if reply is False:
+                return
+            if not waiting:
+                # A reply nobody asked for: the connection is out of step.
+                self.abort(LaneLost("redis sent a reply nobody asked for"))
+                return
+            future = waiting.popleft()
+            if not future.done():  # a cancelled caller's reply is dropped, in its turn
+                future.set_result(reply)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._transport = None
+        self._fail(LaneLost(f"redis connection lost: {exc or 'closed'}"))
+
+    def _fail(self, exc: Exception) -> None:
+        if self.lost is None:
+            self.lost = exc
+        while self._waiting:
+            future = self._waiting.popleft()
+            if not future.done():
+                future.set_exception(self.lost)
+                future.exception()  # its caller may be gone: nothing to log at exit
+
+    def abort(self, exc: Exception) -> None:
+        self._fail(exc)
+        if self._transport is not None:
+            self._transport.abort()
+
+    def send(self, commands: Sequence[bytes]) -> list[asyncio.Future[Any]]:
+        """Write packed commands in one go; a future for each reply, in order."""
+        if self.lost is not None or self._transport is None:
+            raise self.lost or LaneLost("redis connection is closed")
+        loop = asyncio.get_running_loop()
+        futures = [loop.create_future() for _ in commands]
+        self._waiting.extend(futures)
+        self._transport.write(b"".join(commands))
+        return futures
+
+
+class Lane:
+    """One node's lane to the Redis its :class:`RedisConnection` names (not a cluster).
+
+    :meth:`run` sends commands and returns their replies in order: values as hiredis
+    parses them (bytes, int, lists), a refused command as its ``hiredis.ReplyError`` in
+    its place.  It raises :class:`~gateway.errors.Unavailable` when the connection could
+    not be made or was lost with commands unanswered after every attempt.
+    """
+
+    def __init__(self, conn: RedisConnection) -> None:
+        self._conn = conn
+        self._pipe: _Pipe | None = None
+        self._connecting = anyio.Lock()
+        #: Connections made (the first and every one after a loss), for tests.
+        self.connects = 0
+        self._closed = False
+
+    async def run(self, commands: Sequence[bytes]) -> list[Any]:
+        if not commands:
+            return []
+        replies: list[Any] = [None] * len(commands)
+        todo = list(range(len(commands)))
+        for attempt in range(ATTEMPTS):
+            if attempt:
+                await anyio.sleep(BACKOFF[min(attempt, len(BACKOFF)) - 1])
+            try:
+                pipe = await self._connected()
+                futures = pipe.send([commands[i] for i in todo])
+            except (OSError, LaneLost, TimeoutError) as exc:
+                failure: Exception = exc
+                continue
+            try:
+                # Replies come in order (and a loss fails every future at once): when
+                # the last is done, all are.
+                await futures[-1]
+            except LaneLost:
+                pass
+            except BaseException:
+                # Cancelled or timed out with replies due: nobody can tell which caller
+                # a late reply would be for, so the connection goes.
+                # (Awaiting the last future cancels it with its caller.)
+                if not all(f.done() and not f.cancelled() for f in futures):
+                    pipe.abort(LaneLost("a call was abandoned before its reply"))
+                    if self._pipe is pipe:
+                        self._pipe = None
+                raise
+            again: list[int] = []
+            failure = LaneLost("redis refused the write: READONLY")
+            for i, future in zip(todo, futures, strict=True):
+                if future.exception() is not None:
+                    failure = cast(Exception, future.exception())
+                    again.append(i)
+                elif _readonly(future.result()):
+                    # A master demoted to a replica: the write did not run; find the
+                    # master again (a Sentinel URL asks on connect).
+                    again.append(i)
+                    pipe.abort(LaneLost("the server is a replica now"))
+                else:
+                    replies[i] = future.result()
+            if self._pipe is pipe and pipe.lost is not None:
+                self._pipe = None
+            if not again:
+                return replies
+            todo = again
+        if isinstance(failure, OSError | LaneLost | TimeoutError):
+            raise Unavailable(f"redis unavailable: {failure}") from failure
+        raise failure  # pragma: no cover - only the kinds above are kept
+
+    async def _connected(self) -> _Pipe:
+        pipe = self._pipe
+        if pipe is not None and pipe.lost is None:
+            return pipe
+        async with self._connecting:
+            pipe = self._pipe
+            if pipe is not None and pipe.lost is None:
+                return pipe
+            if self._closed:
+                raise LaneLost("the lane is closed")
+            self._pipe = None
+            pipe = await self._connect()
+            self._pipe = pipe
+            return pipe
+
+    async def _connect(self) -> _Pipe:
+        conn = self._conn
+        address = await conn.listener_address()
+        loop = asyncio.get_running_loop()
+        with anyio.fail_after(min(conn.timeout, 5.0)):
+            if address.path is not None:
+                _, pipe = await loop.create_unix_connection(_Pipe, address.path)
+            else:
+                context = ssl.create_default_context() if address.tls else None
+                _, pipe = await loop.create_connection(
+                    _Pipe, address.host, address.port, ssl=context
+                )
+            self.connects += 1
+            handshake: list[bytes] = []
+            if address.password:
+                handshake.append(
+                    pack(["AUTH", address.username, address.password])
+                    if address.username
+                    else pack(["AUTH", address.password])
+                )
+            if address.db:
+                handshake.append(pack(["SELECT", address.db]))
+            handshake.append(pack(["INFO", "server"]))
+            futures = pipe.send(handshake)
+            try:
+                await futures[-1]
+            except BaseException:
+                pipe.abort(LaneLost("handshake abandoned"))
+                raise
+        replies = [future.result() for future in futures]  # LaneLost if lost
+        for reply in replies:
+            if isinstance(reply, hiredis.ReplyError):
+                pipe.abort(LaneLost(f"redis refused the handshake: {reply}"))
+                raise Unavailable(f"redis refused the lane's handshake: {reply}")
+        run_id = None
+        for line in bytes(replies[-1]).splitlines():
+            if line.startswith(b"run_id:"):
+                run_id = line[7:].strip()
+        conn.reached(run_id, f"{address.host}:{address.port}")
+        return pipe
+
+    def close(self) -> None:
+        self._closed = True
+        if self._pipe is not None:
+            self._pipe.abort(LaneLost("the lane is closed"))
+            self._pipe = None

@@ -1,0 +1,174 @@
+"""The lane (``gateway/store/redis/lane.py``): one pipelined connection for appends, on a
+``redis-server`` of the test's own: replies reach their callers in order, the
+handshake authenticates and selects, a lost connection is replaced and only unanswered
+commands are sent again, a demoted master is refused, a restart is noticed, and a
+caller that stops waiting takes the connection with it rather than its reply."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import anyio
+import hiredis
+import pytest
+import redis
+
+from gateway.errors import Unavailable
+from gateway.feed import NewItem, team_feed
+from gateway.store.redis import RedisFeeds
+from gateway.store.redis.connection import RedisConnection
+from gateway.store.redis.lane import Lane, pack
+from tests.support.redis_server import RedisServer
+from tests.support.wait import until
+
+pytestmark = [pytest.mark.anyio, pytest.mark.redis_admin]
+
+
+@pytest.fixture
+def server() -> Iterator[RedisServer]:
+    with RedisServer() as srv:
+        yield srv
+
+
+def test_pack_is_resp2_and_reads_back() -> None:
+    packed = pack(["SET", b"k\r\n", 42])
+    assert packed == b"*3\r\n$3\r\nSET\r\n$3\r\nk\r\n\r\n$2\r\n42\r\n"
+    reader = hiredis.Reader()
+    reader.feed(packed)
+    assert reader.gets() == [b"SET", b"k\r\n", b"42"]
+
+
+def _blocked(admin: redis.Redis, command: str) -> list[dict[str, object]]:
+    return [c for c in admin.client_list() if c.get("cmd") == command]
+
+
+async def test_concurrent_callers_each_get_their_own_replies(server: RedisServer) -> None:
+    conn = RedisConnection(server.url)
+    lane = conn.lane()
+    assert lane is not None
+    got: dict[int, list[object]] = {}
+
+    async def caller(n: int) -> None:
+        got[n] = await lane.run([pack(["INCRBY", f"k{n}", n]), pack(["ECHO", f"e{n}"])])
+
+    try:
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                for n in range(1, 51):
+                    tg.start_soon(caller, n)
+        assert got == {n: [n, f"e{n}".encode()] for n in range(1, 51)}
+        assert lane.connects == 1
+        # A refused command is its error in its place; the others are answered.
+        replies = await lane.run([pack(["ECHO", "a"]), pack(["NOSUCH"]), pack(["ECHO", "b"])])
+        assert replies[0] == b"a" and replies[2] == b"b"
+        assert isinstance(replies[1], hiredis.ReplyError)
+    finally:
+        await conn.aclose()
+
+
+async def test_the_handshake_authenticates_and_selects_the_database() -> None:
+    with RedisServer() as srv:
+        redis.Redis(port=srv.port).config_set("requirepass", "s3cret")
+        admin = redis.Redis(port=srv.port, password="s3cret", db=3)
+        conn = RedisConnection(f"redis://:s3cret@127.0.0.1:{srv.port}/3")
+        wrong = RedisConnection(f"redis://:nope@127.0.0.1:{srv.port}/3")
+        try:
+            lane = conn.lane()
+            assert lane is not None
+            assert await lane.run([pack(["SET", "where", "db3"])]) == [b"OK"]
+            assert admin.get("where") == b"db3"
+            wrong_lane = wrong.lane()
+            assert wrong_lane is not None
+            with pytest.raises(Unavailable, match="handshake"):
+                await wrong_lane.run([pack(["PING"])])
+        finally:
+            await conn.aclose()
+            await wrong.aclose()
+            admin.close()
+
+
+async def test_a_lost_connection_sends_again_only_what_was_unanswered(
+    server: RedisServer,
+) -> None:
+    admin = redis.Redis(port=server.port)
+    conn = RedisConnection(server.url)
+    lane = conn.lane()
+    assert lane is not None
+    replies: list[object] = []
+
+    async def caller() -> None:
+        # INCR is answered at once; BLPOP's reply is still due when the connection dies.
+        replies.extend(await lane.run([pack(["INCR", "n"]), pack(["BLPOP", "q", 5])]))
+
+    try:
+        with anyio.fail_after(15):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(caller)
+                await until(lambda: len(_blocked(admin, "blpop")) == 1, 5, "blocked")
+                admin.client_kill_filter(_id=_blocked(admin, "blpop")[0]["id"])
+                # The BLPOP is sent again on a new connection (the INCR is not).
+                await until(lambda: len(_blocked(admin, "blpop")) == 1, 5, "blocked again")
+                admin.rpush("q", b"v")
+        assert replies == [1, [b"q", b"v"]]
+        assert admin.get("n") == b"1"
+        assert lane.connects == 2
+    finally:
+        await conn.aclose()
+        admin.close()
+
+
+async def test_a_caller_that_stops_waiting_takes_the_connection_not_its_reply(
+    server: RedisServer,
+) -> None:
+    admin = redis.Redis(port=server.port)
+    conn = RedisConnection(server.url)
+    lane = conn.lane()
+    assert lane is not None
+    try:
+        with anyio.move_on_after(0.3):  # the caller's own bound: it gives up
+            await lane.run([pack(["BLPOP", "q", 5])])
+        # The abandoned BLPOP went with its connection: nothing waits on "q" any more ...
+        await until(lambda: not _blocked(admin, "blpop"), 5, "unblocked")
+        admin.rpush("q", b"v")
+        # ... so the next caller's reply is its own, on a new connection.
+        assert await lane.run([pack(["LPOP", "q"])]) == [b"v"]
+        assert lane.connects == 2
+    finally:
+        await conn.aclose()
+        admin.close()
+
+
+async def test_a_replica_refuses_writes_after_every_attempt(server: RedisServer) -> None:
+    with RedisServer(replica_of=server) as replica:
+        conn = RedisConnection(replica.url)
+        lane = Lane(conn)
+        try:
+            with pytest.raises(Unavailable, match="READONLY"):
+                await lane.run([pack(["SET", "k", "v"])])
+            assert lane.connects == 3  # each attempt looked for the master again
+        finally:
+            lane.close()
+            await conn.aclose()
+
+
+async def test_a_restarted_server_is_noticed_and_scripts_loaded_again(
+    server: RedisServer,
+) -> None:
+    """The handshake's run_id: another server process makes the node suspect its feeds
+    (verified before reading on).  The restarted server lost its scripts: appends load
+    the script again (NOSCRIPT) and go on."""
+    conn = RedisConnection(server.url, prefix="lane")
+    feeds = RedisFeeds(conn)
+    feed = team_feed("tenant", "t1")
+    try:
+        first = await feeds.append(feed, [NewItem("a", b'{"a":1}')], retention=100)
+        assert conn.server_changes == 0
+        server.stop()
+        server.start()
+        with anyio.fail_after(10):
+            again = await feeds.append(feed, [NewItem("b", b'{"a":2}')], retention=100)
+        assert conn.server_changes == 1 and conn.suspect
+        # An empty restarted server: the feed starts again in a new epoch.
+        assert again.cursors[0].epoch != first.cursors[0].epoch
+    finally:
+        await conn.aclose()
