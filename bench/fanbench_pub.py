@@ -25,7 +25,7 @@ if os.environ.get("BENCH_PUB_GATEWAY"):
     for _name in [m for m in sys.modules if m == "gateway" or m.startswith("gateway.")]:
         del sys.modules[_name]  # fanbench's process may have imported ours already
 
-from gateway.producer import Producer  # noqa: E402
+from gateway.producer import Producer
 
 SHA = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
 

@@ -76,8 +76,11 @@ class RedisFeeds(FeedStore):
             None if conn.cluster else Coalescer(self._flush)
         )
         #: Appends go over the node's lane (one raw pipelined connection, see
-        #: ``lane.py``), a loop iteration's worth at once; not on a cluster, nor with
-        #: ``min_replicas`` (its WAIT must follow the writes on their connection).
+        #: ``lane.py``), a loop iteration's worth at once, and so does the periodic
+        #: verify; not on a cluster, nor with ``min_replicas`` (its WAIT must follow
+        #: the writes on their connection).  State checks and history reads stay on
+        #: redis-py's pool: concurrent subscribes share them (the hub's single
+        #: flights), and a faster call is shared by fewer.
         self._lane = None if min_replicas else conn.lane()
         self._appends: Coalescer[tuple[list[str], list[Any]], Any] | None = (
             None if self._lane is None else Coalescer(self._flush_appends)
@@ -472,14 +475,14 @@ class RedisFeeds(FeedStore):
         feeds = list(positions)
         for start in range(0, len(feeds), self.VERIFY_BATCH):
             chunk = feeds[start : start + self.VERIFY_BATCH]
+            calls = [
+                (self._script_keys(feed), self._args(feed, "recreate", 1, ())) for feed in chunk
+            ]
             with self.conn.io("verify", "verify"):
-                replies = await self._evalsha_many(
-                    [
-                        (self._script_keys(feed), self._args(feed, "recreate", 1, ()))
-                        for feed in chunk
-                    ],
-                    raise_errors=False,
-                )
+                if self._lane is not None:
+                    replies = await self._evalsha_lane(calls)
+                else:
+                    replies = await self._evalsha_many(calls, raise_errors=False)
             for feed, reply in zip(chunk, replies, strict=True):
                 position = positions.get(feed)
                 if position is None:
