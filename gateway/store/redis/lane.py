@@ -30,6 +30,7 @@ answering is not waited on again and no reply is handed to the wrong caller.
 from __future__ import annotations
 
 import asyncio
+import socket
 import ssl
 from collections import deque
 from collections.abc import Sequence
@@ -248,9 +249,12 @@ class Lane:
                 _, pipe = await loop.create_unix_connection(_Pipe, address.path)
             else:
                 context = ssl.create_default_context() if address.tls else None
-                _, pipe = await loop.create_connection(
+                transport, pipe = await loop.create_connection(
                     _Pipe, address.host, address.port, ssl=context
                 )
+                sock = transport.get_extra_info("socket")
+                if sock is not None:  # as redis-py's pool: a dead peer is found in time
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
             self.connects += 1
             handshake: list[bytes] = []
             if address.password:
