@@ -8,6 +8,7 @@ outcome, so no rule depends on how TCP happens to split the stream.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 import pytest
@@ -862,3 +863,36 @@ def test_head_received_is_true_between_the_head_and_the_end_of_the_body() -> Non
     assert p.next_request() is None and p.head_received
     p.receive(data[-2:])
     assert p.next_request() is not None and not p.head_received
+
+
+# ---------------------------------------------------------------------------
+# Character classes, byte by byte (the parser checks them without regular
+# expressions; these are the RFC's classes written as regular expressions)
+# ---------------------------------------------------------------------------
+
+_TCHAR = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]")
+_VCHAR = re.compile(rb"[\x21-\x7e]")
+_FIELD_CHAR = re.compile(rb"[\t\x20-\x7e\x80-\xff]")
+
+
+@pytest.mark.parametrize("bytewise", [False, True])
+def test_every_byte_in_every_part_of_the_head_is_judged_by_its_class(bytewise: bool) -> None:
+    for value in range(256):
+        c = bytes([value])
+        if c in b"\r\n":
+            continue  # line endings: above
+        cases = [
+            (b"G" + c + b"T / HTTP/1.1\r\nHost: x\r\n\r\n", bool(_TCHAR.fullmatch(c))),
+            (b"GET /" + c + b" HTTP/1.1\r\nHost: x\r\n\r\n", bool(_VCHAR.fullmatch(c))),
+            (b"GET / HTTP/1.1\r\nHost: x\r\nX" + c + b"Y: 1\r\n\r\n", bool(_TCHAR.fullmatch(c))),
+            (
+                b"GET / HTTP/1.1\r\nHost: x\r\nX: a" + c + b"b\r\n\r\n",
+                bool(_FIELD_CHAR.fullmatch(c)),
+            ),
+        ]
+        if c == b":":
+            del cases[2]  # a colon ends the field name: "X" with the value "Y: 1"
+        for data, allowed in cases:
+            requests, status = feed(data, bytewise=bytewise)
+            assert (status is None and len(requests) == 1) == allowed, (data, status)
+            assert allowed or status == 400
