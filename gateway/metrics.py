@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Iterator, Sequence
+from typing import Any, TypeVar, cast
 
 from prometheus_client import (
     CollectorRegistry,
@@ -27,6 +28,8 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, M
 from prometheus_client.registry import Collector
 
 from gateway import __version__
+
+M = TypeVar("M", Counter, Gauge, Histogram)
 
 #: Disconnect reasons (``gateway_disconnects_total{reason}``): the client went away or
 #: closed; too slow; the node shut down or drained; the token expired; an error
@@ -161,6 +164,7 @@ class _LoopCollector(Collector):
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         # process_cpu_seconds_total, process_resident_memory_bytes, process_open_fds, ...
         # (the dashboard's per-pod CPU, memory and file-descriptor panels).
         ProcessCollector(registry=self.registry)
@@ -321,6 +325,21 @@ class Metrics:
         )
         self._sent: dict[str, Sent] = {}
         r.register(_LoopCollector(self))
+
+    #: Labelled children remembered at most (label values come from small sets).
+    MAX_CHILDREN = 4096
+
+    def child(self, metric: M, *values: str) -> M:
+        """``metric.labels(*values)``, remembered: prometheus_client builds, checks and
+        locks on every ``labels()`` call (a few microseconds each, several per
+        request on the hot paths)."""
+        key = (id(metric), values)
+        found = self._children.get(key)
+        if found is None:
+            if len(self._children) >= self.MAX_CHILDREN:
+                self._children.clear()
+            found = self._children[key] = metric.labels(*values)
+        return cast(M, found)
 
     def sent(self, transport: str) -> Sent:
         """The frame and byte counts of one transport (add to them directly)."""

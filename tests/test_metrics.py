@@ -13,6 +13,7 @@ import anyio
 import httpx
 import pytest
 from httpx_sse import aconnect_sse
+from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from websockets.asyncio.client import ClientConnection
 
@@ -20,7 +21,7 @@ from gateway import __version__
 from gateway.app import Gateway
 from gateway.fanout.subscription import SubState
 from gateway.feed import team_feed
-from gateway.metrics import DISCONNECT_REASONS, LoopHistogram
+from gateway.metrics import DISCONNECT_REASONS, LoopHistogram, Metrics
 from tests.support import events as ev
 from tests.support.node import auth, metric, open_ws, start_node, token
 from tests.support.wait import until
@@ -222,3 +223,20 @@ def test_loop_histogram_buckets_are_cumulative_and_inclusive() -> None:
     assert samples[("h_seconds_bucket", "+Inf")] == 5
     assert samples[("h_seconds_count", None)] == 5
     assert samples[("h_seconds_sum", None)] == pytest.approx(8.65)
+
+
+def test_remembered_children_count_in_the_registry_and_stay_bounded() -> None:
+    m = Metrics()
+    first = m.child(m.published, "team", "http")
+    assert m.child(m.published, "team", "http") is first  # remembered
+    first.inc(2)
+    m.child(m.published, "team", "http").inc()
+    m.child(m.http_requests, "publish_team", "200").inc()
+    text = generate_latest(m.registry).decode()
+    assert 'gateway_published_items_total{kind="team",path="http"} 3.0' in text
+    assert 'gateway_http_requests_total{route="publish_team",status="200"} 1.0' in text
+    for n in range(Metrics.MAX_CHILDREN + 10):
+        m.child(m.http_requests, "r", str(n))
+    assert len(m._children) <= Metrics.MAX_CHILDREN
+    m.child(m.published, "team", "http").inc()  # a forgotten child is the same series
+    assert 'path="http"} 4.0' in generate_latest(m.registry).decode()
