@@ -7,6 +7,7 @@ caller that stops waiting takes the connection with it rather than its reply."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import anyio
 import hiredis
@@ -172,3 +173,24 @@ async def test_a_restarted_server_is_noticed_and_scripts_loaded_again(
         assert again.cursors[0].epoch != first.cursors[0].epoch
     finally:
         await conn.aclose()
+
+
+async def test_appends_over_a_unix_socket(tmp_path: Path) -> None:
+    """A ``unix://`` URL: the lane connects to the socket, as redis-py's pool does."""
+    path = tmp_path / "redis.sock"
+    with RedisServer(extra_args=["--unixsocket", str(path), "--unixsocketperm", "700"]) as srv:
+        conn = RedisConnection(f"unix://{path}", prefix="lane")
+        feeds = RedisFeeds(conn)
+        try:
+            result = await feeds.append(
+                team_feed("tenant", "t1"), [NewItem("a", b'{"a":1}')], retention=100
+            )
+            assert result.cursors[0].offset == 1
+            lane = conn.lane()
+            assert lane is not None and lane.connects == 1
+            # The item is on that server (read back over TCP).
+            admin = redis.Redis(port=srv.port)
+            assert admin.xlen(feeds.keys(team_feed("tenant", "t1"))[1]) == 1
+            admin.close()
+        finally:
+            await conn.aclose()
