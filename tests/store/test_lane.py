@@ -6,7 +6,7 @@ caller that stops waiting takes the connection with it rather than its reply."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import anyio
@@ -18,7 +18,8 @@ from gateway.errors import Unavailable
 from gateway.feed import NewItem, team_feed
 from gateway.store.redis import RedisFeeds
 from gateway.store.redis.connection import RedisConnection
-from gateway.store.redis.lane import Lane, pack
+from gateway.store.redis.lane import Lane
+from gateway.store.redis.resp import pack
 from tests.support.redis_server import RedisServer
 from tests.support.wait import until
 
@@ -29,6 +30,28 @@ pytestmark = [pytest.mark.anyio, pytest.mark.redis_admin]
 def server() -> Iterator[RedisServer]:
     with RedisServer() as srv:
         yield srv
+
+
+@pytest.fixture
+def admin(server: RedisServer) -> Iterator[redis.Redis]:
+    client = redis.Redis(port=server.port)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+async def conn(server: RedisServer) -> AsyncIterator[RedisConnection]:
+    connection = RedisConnection(server.url)
+    yield connection
+    await connection.aclose()
+
+
+@pytest.fixture
+def lane(conn: RedisConnection) -> Lane:
+    """The node's lane to the test's server."""
+    made = conn.lane()
+    assert made is not None
+    return made
 
 
 def test_pack_is_resp2_and_reads_back() -> None:
@@ -43,28 +66,22 @@ def _blocked(admin: redis.Redis, command: str) -> list[dict[str, object]]:
     return [c for c in admin.client_list() if c.get("cmd") == command]
 
 
-async def test_concurrent_callers_each_get_their_own_replies(server: RedisServer) -> None:
-    conn = RedisConnection(server.url)
-    lane = conn.lane()
-    assert lane is not None
+async def test_concurrent_callers_each_get_their_own_replies(lane: Lane) -> None:
     got: dict[int, list[object]] = {}
 
     async def caller(n: int) -> None:
         got[n] = await lane.run([pack(["INCRBY", f"k{n}", n]), pack(["ECHO", f"e{n}"])])
 
-    try:
-        with anyio.fail_after(10):
-            async with anyio.create_task_group() as tg:
-                for n in range(1, 51):
-                    tg.start_soon(caller, n)
-        assert got == {n: [n, f"e{n}".encode()] for n in range(1, 51)}
-        assert lane.connects == 1
-        # A refused command is its error in its place; the others are answered.
-        replies = await lane.run([pack(["ECHO", "a"]), pack(["NOSUCH"]), pack(["ECHO", "b"])])
-        assert replies[0] == b"a" and replies[2] == b"b"
-        assert isinstance(replies[1], hiredis.ReplyError)
-    finally:
-        await conn.aclose()
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            for n in range(1, 51):
+                tg.start_soon(caller, n)
+    assert got == {n: [n, f"e{n}".encode()] for n in range(1, 51)}
+    assert lane.connects == 1
+    # A refused command is its error in its place; the others are answered.
+    replies = await lane.run([pack(["ECHO", "a"]), pack(["NOSUCH"]), pack(["ECHO", "b"])])
+    assert replies[0] == b"a" and replies[2] == b"b"
+    assert isinstance(replies[1], hiredis.ReplyError)
 
 
 async def test_the_handshake_authenticates_and_selects_the_database() -> None:
@@ -89,54 +106,38 @@ async def test_the_handshake_authenticates_and_selects_the_database() -> None:
 
 
 async def test_a_lost_connection_sends_again_only_what_was_unanswered(
-    server: RedisServer,
+    admin: redis.Redis, lane: Lane
 ) -> None:
-    admin = redis.Redis(port=server.port)
-    conn = RedisConnection(server.url)
-    lane = conn.lane()
-    assert lane is not None
     replies: list[object] = []
 
     async def caller() -> None:
         # INCR is answered at once; BLPOP's reply is still due when the connection dies.
         replies.extend(await lane.run([pack(["INCR", "n"]), pack(["BLPOP", "q", 5])]))
 
-    try:
-        with anyio.fail_after(15):
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(caller)
-                await until(lambda: len(_blocked(admin, "blpop")) == 1, 5, "blocked")
-                admin.client_kill_filter(_id=_blocked(admin, "blpop")[0]["id"])
-                # The BLPOP is sent again on a new connection (the INCR is not).
-                await until(lambda: len(_blocked(admin, "blpop")) == 1, 5, "blocked again")
-                admin.rpush("q", b"v")
-        assert replies == [1, [b"q", b"v"]]
-        assert admin.get("n") == b"1"
-        assert lane.connects == 2
-    finally:
-        await conn.aclose()
-        admin.close()
+    with anyio.fail_after(15):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(caller)
+            await until(lambda: len(_blocked(admin, "blpop")) == 1, 5, "blocked")
+            admin.client_kill_filter(_id=_blocked(admin, "blpop")[0]["id"])
+            # The BLPOP is sent again on a new connection (the INCR is not).
+            await until(lambda: len(_blocked(admin, "blpop")) == 1, 5, "blocked again")
+            admin.rpush("q", b"v")
+    assert replies == [1, [b"q", b"v"]]
+    assert admin.get("n") == b"1"
+    assert lane.connects == 2
 
 
 async def test_a_caller_that_stops_waiting_takes_the_connection_not_its_reply(
-    server: RedisServer,
+    admin: redis.Redis, lane: Lane
 ) -> None:
-    admin = redis.Redis(port=server.port)
-    conn = RedisConnection(server.url)
-    lane = conn.lane()
-    assert lane is not None
-    try:
-        with anyio.move_on_after(0.3):  # the caller's own bound: it gives up
-            await lane.run([pack(["BLPOP", "q", 5])])
-        # The abandoned BLPOP went with its connection: nothing waits on "q" any more ...
-        await until(lambda: not _blocked(admin, "blpop"), 5, "unblocked")
-        admin.rpush("q", b"v")
-        # ... so the next caller's reply is its own, on a new connection.
-        assert await lane.run([pack(["LPOP", "q"])]) == [b"v"]
-        assert lane.connects == 2
-    finally:
-        await conn.aclose()
-        admin.close()
+    with anyio.move_on_after(0.3):  # the caller's own bound: it gives up
+        await lane.run([pack(["BLPOP", "q", 5])])
+    # The abandoned BLPOP went with its connection: nothing waits on "q" any more ...
+    await until(lambda: not _blocked(admin, "blpop"), 5, "unblocked")
+    admin.rpush("q", b"v")
+    # ... so the next caller's reply is its own, on a new connection.
+    assert await lane.run([pack(["LPOP", "q"])]) == [b"v"]
+    assert lane.connects == 2
 
 
 async def test_a_replica_refuses_writes_after_every_attempt(server: RedisServer) -> None:

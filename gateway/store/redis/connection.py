@@ -348,16 +348,17 @@ class RedisConnection:
             # uvloop reports a transport closed under the handshake as RuntimeError: it
             # is a failed connection like any other (retried, or Unavailable).
             raise redis.exceptions.ConnectionError(f"connection lost: {exc}") from exc
+        self.reached(bytes(info), f"{connection.host}:{connection.port}")
+
+    def reached(self, info: bytes, address: str) -> None:
+        """A new connection reached the server at ``address`` (``host:port``), whose
+        ``INFO server`` reply is ``info``: note which server this node writes to now
+        (Sentinel URLs), and whether its ``run_id`` names another process than before
+        (see :meth:`_on_connect`)."""
         run_id = None
-        for line in bytes(info).splitlines():
+        for line in info.splitlines():
             if line.startswith(b"run_id:"):
                 run_id = line[7:].strip()
-        self.reached(run_id, f"{connection.host}:{connection.port}")
-
-    def reached(self, run_id: bytes | None, address: str) -> None:
-        """A new connection reached the server process ``run_id`` at ``address``
-        (``host:port``): note which server this node writes to now (Sentinel URLs), and
-        whether it is another process than before (see :meth:`_on_connect`)."""
         if self._sentinel is not None:
             self.identity = address
         if run_id != self._run_id:

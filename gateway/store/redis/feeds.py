@@ -14,7 +14,6 @@ from importlib import resources
 from typing import Any
 
 import anyio
-import hiredis
 import redis.exceptions
 import structlog
 
@@ -24,7 +23,7 @@ from gateway.feed import AppendResult, FeedKey, FeedState, NewItem, StoredItem
 from gateway.store.base import Batch, FeedStore, chain_next
 from gateway.store.redis.coalesce import Coalescer
 from gateway.store.redis.connection import RedisConnection, translate
-from gateway.store.redis.lane import pack
+from gateway.store.redis.resp import pack, refused
 
 log = structlog.get_logger("gateway.store")
 #: A call of a batch that failed, left in its place: redis-py's error, or ours.
@@ -33,11 +32,6 @@ _FAILED = (redis.exceptions.RedisError, Unavailable)
 _MAX_SEQ = 18446744073709551615  # stream ids are <ms>-<seq>, both 64-bit
 
 SCRIPT = resources.files("gateway.store.redis").joinpath("feed.lua").read_text()
-
-
-def _refused(reply: Any, code: str) -> bool:
-    """A lane reply that is Redis refusing the command with error ``code``."""
-    return isinstance(reply, hiredis.ReplyError) and str(reply).startswith(code)
 
 
 def stored_item(entry_id: bytes, fields: dict[bytes, bytes]) -> StoredItem:
@@ -251,18 +245,16 @@ class RedisFeeds(FeedStore):
         sha = self._script.sha
         commands = [pack(["EVALSHA", sha, len(keys), *keys, *args]) for keys, args in calls]
         replies = await self._lane.run(commands)
-        todo = [i for i, reply in enumerate(replies) if _refused(reply, "NOSCRIPT")]
+        todo = [i for i, reply in enumerate(replies) if refused(reply, "NOSCRIPT")]
         if todo:
             [loaded] = await self._lane.run([pack(["SCRIPT", "LOAD", SCRIPT])])
-            if isinstance(loaded, hiredis.ReplyError):
+            if refused(loaded):
                 raise Unavailable(f"redis refused the append step's script: {loaded}")
             again = await self._lane.run([commands[i] for i in todo])
             for i, reply in zip(todo, again, strict=True):
                 replies[i] = reply
         return [
-            Unavailable(f"redis rejected append: {reply}")
-            if isinstance(reply, hiredis.ReplyError)
-            else reply
+            Unavailable(f"redis rejected append: {reply}") if refused(reply) else reply
             for reply in replies
         ]
 

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import ssl
 from collections import deque
 from collections.abc import Sequence
 from typing import Any, Protocol, cast
@@ -40,25 +39,7 @@ import anyio
 import hiredis
 
 from gateway.errors import Unavailable
-
-
-class Address(Protocol):
-    """Where the lane connects (``connection.ListenerAddress``)."""
-
-    @property
-    def host(self) -> str: ...
-    @property
-    def port(self) -> int: ...
-    @property
-    def path(self) -> str | None: ...
-    @property
-    def tls(self) -> bool: ...
-    @property
-    def username(self) -> str | None: ...
-    @property
-    def password(self) -> str | None: ...
-    @property
-    def db(self) -> int: ...
+from gateway.store.redis.resp import Address, auth, open_raw, pack, refused
 
 
 class Server(Protocol):
@@ -68,7 +49,7 @@ class Server(Protocol):
 
     async def listener_address(self) -> Address: ...
 
-    def reached(self, run_id: bytes | None, address: str) -> None: ...
+    def reached(self, info: bytes, address: str) -> None: ...
 
 
 #: Sends of one command at most (the first and two retries).
@@ -79,26 +60,6 @@ BACKOFF = (0.01, 0.05)
 
 class LaneLost(ConnectionError):
     """The lane's connection failed (or was closed) before every reply came."""
-
-
-def pack(args: Sequence[bytes | str | int]) -> bytes:
-    """One command in RESP2: an array of bulk strings."""
-    out = [b"*%d\r\n" % len(args)]
-    for arg in args:
-        if isinstance(arg, bytes):
-            data = arg
-        elif isinstance(arg, str):
-            data = arg.encode()
-        else:
-            data = b"%d" % arg
-        out.append(b"$%d\r\n" % len(data))
-        out.append(data)
-        out.append(b"\r\n")
-    return b"".join(out)
-
-
-def _readonly(reply: Any) -> bool:
-    return isinstance(reply, hiredis.ReplyError) and str(reply).startswith("READONLY")
 
 
 class _Pipe(asyncio.Protocol):
@@ -185,7 +146,7 @@ class Lane:
             try:
                 pipe = await self._connected()
                 futures = pipe.send([commands[i] for i in todo])
-            except (OSError, LaneLost, TimeoutError) as exc:
+            except OSError as exc:  # LaneLost and TimeoutError among them
                 failure: Exception = exc
                 continue
             try:
@@ -209,7 +170,7 @@ class Lane:
                 if future.exception() is not None:
                     failure = cast(Exception, future.exception())
                     again.append(i)
-                elif _readonly(future.result()):
+                elif refused(future.result(), "READONLY"):
                     # A master demoted to a replica: the write did not run; find the
                     # master again (a Sentinel URL asks on connect).
                     again.append(i)
@@ -221,9 +182,7 @@ class Lane:
             if not again:
                 return replies
             todo = again
-        if isinstance(failure, OSError | LaneLost | TimeoutError):
-            raise Unavailable(f"redis unavailable: {failure}") from failure
-        raise failure  # pragma: no cover - only the kinds above are kept
+        raise Unavailable(f"redis unavailable: {failure}") from failure
 
     async def _connected(self) -> _Pipe:
         pipe = self._pipe
@@ -243,26 +202,15 @@ class Lane:
     async def _connect(self) -> _Pipe:
         conn = self._conn
         address = await conn.listener_address()
-        loop = asyncio.get_running_loop()
-        with anyio.fail_after(min(conn.timeout, 5.0)):
-            if address.path is not None:
-                _, pipe = await loop.create_unix_connection(_Pipe, address.path)
-            else:
-                context = ssl.create_default_context() if address.tls else None
-                transport, pipe = await loop.create_connection(
-                    _Pipe, address.host, address.port, ssl=context
-                )
-                sock = transport.get_extra_info("socket")
-                if sock is not None:  # as redis-py's pool: a dead peer is found in time
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        within = min(conn.timeout, 5.0)
+        with anyio.fail_after(within):  # the connect and the handshake together
+            transport, pipe = await open_raw(address, _Pipe, within)
             self.connects += 1
-            handshake: list[bytes] = []
-            if address.password:
-                handshake.append(
-                    pack(["AUTH", address.username, address.password])
-                    if address.username
-                    else pack(["AUTH", address.password])
-                )
+            sock = transport.get_extra_info("socket")
+            if sock is not None and address.path is None:
+                # As redis-py's pool: a dead peer is found without a write.
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+            handshake = [command for command in [auth(address)] if command is not None]
             if address.db:
                 handshake.append(pack(["SELECT", address.db]))
             handshake.append(pack(["INFO", "server"]))
@@ -274,14 +222,10 @@ class Lane:
                 raise
         replies = [future.result() for future in futures]  # LaneLost if lost
         for reply in replies:
-            if isinstance(reply, hiredis.ReplyError):
+            if refused(reply):
                 pipe.abort(LaneLost(f"redis refused the handshake: {reply}"))
                 raise Unavailable(f"redis refused the lane's handshake: {reply}")
-        run_id = None
-        for line in bytes(replies[-1]).splitlines():
-            if line.startswith(b"run_id:"):
-                run_id = line[7:].strip()
-        conn.reached(run_id, f"{address.host}:{address.port}")
+        conn.reached(bytes(replies[-1]), f"{address.host}:{address.port}")
         return pipe
 
     def close(self) -> None:

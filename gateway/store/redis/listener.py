@@ -16,13 +16,13 @@ Redis, so a lost connection may have lost messages).
 from __future__ import annotations
 
 import asyncio
-import ssl
 from typing import Any, cast
 
 import anyio
 import hiredis
 
 from gateway.store.redis.connection import ListenerAddress
+from gateway.store.redis.resp import auth, open_raw, pack, refused
 
 #: Most messages held before the reader takes them; past it the listener gives up (the
 #: owner re-reads the streams, which hold everything), so memory stays bounded.
@@ -31,14 +31,6 @@ MAX_PENDING = 100_000
 
 class ListenerLost(ConnectionError):
     """The listening connection failed or fell too far behind; replace it."""
-
-
-def _command(*args: bytes | str) -> bytes:
-    parts = [b"*%d\r\n" % len(args)]
-    for arg in args:
-        data = arg.encode() if isinstance(arg, str) else arg
-        parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
-    return b"".join(parts)
 
 
 class Waker:
@@ -116,7 +108,7 @@ class Listener(asyncio.Protocol):
                 elif kind == b"sunsubscribe" and channel is not None:
                     self.dropped.append(channel)
                     news = True
-            elif isinstance(reply, hiredis.ReplyError) and self._authenticated:
+            elif refused(reply) and self._authenticated:
                 # A refused (S)SUBSCRIBE: the slot is not this node's any more (MOVED).
                 self._fail(ListenerLost(f"redis refused a subscription: {reply}"))
                 return
@@ -153,11 +145,15 @@ class Listener(asyncio.Protocol):
         return self._failed
 
     def send(self, *args: bytes | str) -> None:
+        self.write(pack(args))
+
+    def write(self, command: bytes) -> None:
+        """Send a packed command (:func:`.resp.pack`)."""
         if self._failed is not None:
             raise self._failed
         if self._transport is None:
             raise ListenerLost("listener is not connected")
-        self._transport.write(_command(*args))
+        self._transport.write(command)
 
     def subscribe(self, channels: list[bytes]) -> None:
         """Send (S)SUBSCRIBE; :meth:`confirmed` tells when Redis has taken it."""
@@ -237,29 +233,13 @@ async def connect(
     sharded: bool = False,
 ) -> Listener:
     """Open a listener to the Redis at ``address``, within ``within`` seconds."""
-    loop = asyncio.get_running_loop()
-
-    def make() -> Listener:
-        return Listener(waker, sharded=sharded)
-
-    with anyio.fail_after(within):
-        if address.path is not None:
-            _, listener = await loop.create_unix_connection(make, address.path)
-        else:
-            context = ssl.create_default_context() if address.tls else None
-            _, listener = await loop.create_connection(
-                make, address.host, address.port, ssl=context
-            )
-    if address.password:
-        args = (
-            ("AUTH", address.username, address.password)
-            if address.username
-            else ("AUTH", address.password)
-        )
-        listener.send(*args)
+    _, listener = await open_raw(address, lambda: Listener(waker, sharded=sharded), within)
+    command = auth(address)
+    if command is not None:
+        listener.write(command)
         with anyio.fail_after(within):
             reply = await listener._reply()
-        if isinstance(reply, hiredis.ReplyError):
+        if refused(reply):
             listener.close()
             raise ListenerLost(f"redis refused the listener's AUTH: {reply}")
     listener._authenticated = True
