@@ -1,8 +1,9 @@
 """The lane (``gateway/store/redis/lane.py``): one pipelined connection for appends, on a
 ``redis-server`` of the test's own: replies reach their callers in order, the
 handshake authenticates and selects, a lost connection is replaced and only unanswered
-commands are sent again, a demoted master is refused, a restart is noticed, and a
-caller that stops waiting takes the connection with it rather than its reply."""
+commands are sent again, a demoted master is refused, a restart is noticed, one loop
+iteration's commands go in one write, a caller that stops waiting leaves its reply to be
+dropped in its turn, and a write left unanswered for the timeout takes the connection."""
 
 from __future__ import annotations
 
@@ -72,12 +73,16 @@ async def test_concurrent_callers_each_get_their_own_replies(lane: Lane) -> None
     async def caller(n: int) -> None:
         got[n] = await lane.run([pack(["INCRBY", f"k{n}", n]), pack(["ECHO", f"e{n}"])])
 
+    assert await lane.run([pack(["PING"])]) == [b"PONG"]  # connected
+    writes = lane.writes
     with anyio.fail_after(10):
         async with anyio.create_task_group() as tg:
             for n in range(1, 51):
                 tg.start_soon(caller, n)
     assert got == {n: [n, f"e{n}".encode()] for n in range(1, 51)}
     assert lane.connects == 1
+    # Started in one loop iteration, the 50 callers' 100 commands went in one write.
+    assert lane.writes == writes + 1
     # A refused command is its error in its place; the others are answered.
     replies = await lane.run([pack(["ECHO", "a"]), pack(["NOSUCH"]), pack(["ECHO", "b"])])
     assert replies[0] == b"a" and replies[2] == b"b"
@@ -127,17 +132,50 @@ async def test_a_lost_connection_sends_again_only_what_was_unanswered(
     assert lane.connects == 2
 
 
-async def test_a_caller_that_stops_waiting_takes_the_connection_not_its_reply(
+async def test_a_caller_that_stops_waiting_leaves_its_reply_to_be_dropped(
     admin: redis.Redis, lane: Lane
 ) -> None:
-    with anyio.move_on_after(0.3):  # the caller's own bound: it gives up
+    async def gives_up() -> None:
         await lane.run([pack(["BLPOP", "q", 5])])
-    # The abandoned BLPOP went with its connection: nothing waits on "q" any more ...
-    await until(lambda: not _blocked(admin, "blpop"), 5, "unblocked")
-    admin.rpush("q", b"v")
-    # ... so the next caller's reply is its own, on a new connection.
-    assert await lane.run([pack(["LPOP", "q"])]) == [b"v"]
-    assert lane.connects == 2
+
+    got: list[list[object]] = []
+
+    async def echo() -> None:
+        got.append(await lane.run([pack(["ECHO", "mine"])]))
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(gives_up)
+            await until(lambda: len(_blocked(admin, "blpop")) == 1, 5, "blocked")
+            tg.cancel_scope.cancel()  # the caller's own bound: it gives up
+        # Its BLPOP is still due on the connection; the next caller's ECHO follows it.
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(echo)
+            admin.rpush("q", b"v")
+    # The BLPOP's reply went nowhere, the ECHO's to its caller, on the same connection.
+    assert got == [[b"mine"]]
+    assert admin.llen("q") == 0
+    assert lane.connects == 1
+
+
+async def test_a_write_left_unanswered_for_the_timeout_takes_the_connection(
+    server: RedisServer, admin: redis.Redis
+) -> None:
+    conn = RedisConnection(server.url, timeout=0.3)
+    lane = conn.lane()
+    assert lane is not None
+    try:
+        with anyio.fail_after(10):
+            with pytest.raises(Unavailable, match="did not answer within 0.3 s"):
+                await lane.run([pack(["BLPOP", "q", 5])])  # answered in 5 s: too late
+            # The connection went, and its BLPOP with it: nothing waits on "q" ...
+            await until(lambda: not _blocked(admin, "blpop"), 5, "unblocked")
+            admin.rpush("q", b"v")
+            # ... and the next caller's reply is its own, on a new connection.
+            assert await lane.run([pack(["LPOP", "q"])]) == [b"v"]
+        assert lane.connects == 2
+    finally:
+        await conn.aclose()
 
 
 async def test_a_replica_refuses_writes_after_every_attempt(server: RedisServer) -> None:

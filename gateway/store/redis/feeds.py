@@ -9,6 +9,7 @@ noticed by whoever reads it first.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from typing import Any
@@ -69,16 +70,13 @@ class RedisFeeds(FeedStore):
         self._coalescer: Coalescer[tuple[list[str], list[Any]], Any] | None = (
             None if conn.cluster else Coalescer(self._flush)
         )
-        #: Appends go over the node's lane (one raw pipelined connection, see
-        #: ``lane.py``), a loop iteration's worth at once, and so does the periodic
-        #: verify; not on a cluster, nor with ``min_replicas`` (its WAIT must follow
-        #: the writes on their connection).  State checks and history reads stay on
-        #: redis-py's pool: concurrent subscribes share them (the hub's single
+        #: Appends go over the node's lane (one raw pipelined connection that writes a
+        #: loop iteration's commands at once, see ``lane.py``), and so does the
+        #: periodic verify; not on a cluster, nor with ``min_replicas`` (its WAIT must
+        #: follow the writes on their connection).  State checks and history reads stay
+        #: on redis-py's pool: concurrent subscribes share them (the hub's single
         #: flights), and a faster call is shared by fewer.
         self._lane = None if min_replicas else conn.lane()
-        self._appends: Coalescer[tuple[list[str], list[Any]], Any] | None = (
-            None if self._lane is None else Coalescer(self._flush_appends)
-        )
         #: The last :meth:`verify` could not check some feed (try again soon).
         self.deferred = False
         if min_replicas and conn.cluster:
@@ -136,8 +134,13 @@ class RedisFeeds(FeedStore):
         keys = self._script_keys(feed)
         if self.conn.cluster:
             await self.conn.topology()  # learnt once, single-flight (see there)
-        if mode == "append" and self._appends is not None:
-            reply = await self._appends.submit((keys, args))
+        if mode == "append" and self._lane is not None:
+            # Bounded by the lane itself (its write timer): no cancel scope per call.
+            started = time.perf_counter()
+            try:
+                [reply] = await self._evalsha_lane([(keys, args)])
+            finally:
+                self.conn.observe("append", time.perf_counter() - started)
             if isinstance(reply, Unavailable):
                 raise reply
             return reply
@@ -231,10 +234,6 @@ class RedisFeeds(FeedStore):
                 return [await self._script(keys=keys, args=args)]
             except redis.exceptions.ResponseError as exc:
                 return [exc]
-
-    async def _flush_appends(self, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
-        with self.conn.io("append step", "append"):
-            return await self._evalsha_lane(calls)
 
     async def _evalsha_lane(self, calls: Sequence[tuple[list[str], list[Any]]]) -> list[Any]:
         """Append-step calls over the lane, their answers in order; a refused call's

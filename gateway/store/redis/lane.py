@@ -21,10 +21,14 @@ What redis-py's pool did for these calls the lane does too, in :meth:`Lane.run`:
 - ``NOSCRIPT`` (a restarted server, ``SCRIPT FLUSH``): the caller loads the script and
   sends just those commands again (see ``RedisFeeds``).
 
-A lane is not for a cluster (each key has its shard) nor for blocking commands.  Every
-call is bounded by the caller (``RedisConnection.io``); a call that times out or is
-cancelled before its replies came closes the connection, so a Redis that stopped
-answering is not waited on again and no reply is handed to the wrong caller.
+Commands are written once per loop iteration: every caller whose command came in the
+same wake-up shares one write (and Redis one read), with no task, lock or cancel scope
+per call.  A lane is not for a cluster (each key has its shard) nor for blocking
+commands.  The lane bounds every write itself: a write left unanswered for the
+connection's ``timeout`` closes the connection and fails every call waiting on it
+(Unavailable, not sent again), so a Redis that stopped answering is not waited on again.
+A caller that is cancelled leaves without harm to the others: its replies are dropped in
+their turn (the order of replies names each one's caller).
 """
 
 from __future__ import annotations
@@ -62,13 +66,34 @@ class LaneLost(ConnectionError):
     """The lane's connection failed (or was closed) before every reply came."""
 
 
-class _Pipe(asyncio.Protocol):
-    """The connection: writes commands, hands each reply to the oldest waiting future."""
+class LaneTimeout(LaneLost):
+    """Redis left a write unanswered for the lane's whole bound: the connection went."""
 
-    def __init__(self) -> None:
+
+class _Pipe(asyncio.Protocol):
+    """The connection: gathers the commands of one loop iteration into one write, hands
+    each reply to the oldest waiting future, and gives up on a Redis that leaves a write
+    unanswered for ``bound`` seconds (every waiting future fails with LaneTimeout).
+
+    The write waits for the next iteration (``call_soon``) so that every caller whose
+    command came in the same wake-up shares it, as the Coalescer's one-iteration wait
+    did; the buffer is emptied at every iteration.
+    """
+
+    def __init__(self, lane: Lane, bound: float) -> None:
+        self._lane = lane
+        self._bound = bound
         self._reader = hiredis.Reader()
         self._transport: asyncio.Transport | None = None
         self._waiting: deque[asyncio.Future[Any]] = deque()
+        self._out: list[bytes] = []
+        self._scheduled = False
+        #: Futures made and replies handed out so far: the write whose futures ran up
+        #: to ``mark`` is answered once ``answered`` reaches it.
+        self._made = 0
+        self._answered = 0
+        #: Per write still unanswered: its mark and its timer (one timer per write).
+        self._timers: deque[tuple[int, asyncio.TimerHandle]] = deque()
         self.lost: Exception | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -80,14 +105,18 @@ class _Pipe(asyncio.Protocol):
         while True:
             reply = self._reader.gets()
             if reply is False:
-                return
+                break
             if not waiting:
                 # A reply nobody asked for: the connection is out of step.
                 self.abort(LaneLost("redis sent a reply nobody asked for"))
                 return
+            self._answered += 1
             future = waiting.popleft()
-            if not future.done():  # a cancelled caller's reply is dropped, in its turn
+            if not future.done():  # a caller that stopped waiting: dropped, in its turn
                 future.set_result(reply)
+        timers = self._timers
+        while timers and timers[0][0] <= self._answered:
+            timers.popleft()[1].cancel()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
@@ -96,6 +125,9 @@ class _Pipe(asyncio.Protocol):
     def _fail(self, exc: Exception) -> None:
         if self.lost is None:
             self.lost = exc
+        self._out.clear()
+        while self._timers:
+            self._timers.popleft()[1].cancel()
         while self._waiting:
             future = self._waiting.popleft()
             if not future.done():
@@ -108,14 +140,33 @@ class _Pipe(asyncio.Protocol):
             self._transport.abort()
 
     def send(self, commands: Sequence[bytes]) -> list[asyncio.Future[Any]]:
-        """Write packed commands in one go; a future for each reply, in order."""
+        """Queue packed commands for this iteration's write; a future for each reply,
+        in order."""
         if self.lost is not None or self._transport is None:
             raise self.lost or LaneLost("redis connection is closed")
         loop = asyncio.get_running_loop()
         futures = [loop.create_future() for _ in commands]
         self._waiting.extend(futures)
-        self._transport.write(b"".join(commands))
+        self._made += len(futures)
+        self._out.extend(commands)
+        if not self._scheduled:
+            self._scheduled = True
+            loop.call_soon(self._write)
         return futures
+
+    def _write(self) -> None:
+        self._scheduled = False
+        if not self._out or self._transport is None:
+            return
+        data = b"".join(self._out)
+        self._out.clear()
+        self._transport.write(data)
+        self._lane.writes += 1
+        loop = asyncio.get_running_loop()
+        self._timers.append((self._made, loop.call_later(self._bound, self._expired)))
+
+    def _expired(self) -> None:
+        self.abort(LaneTimeout(f"redis did not answer within {self._bound:g} s"))
 
 
 class Lane:
@@ -124,15 +175,19 @@ class Lane:
     :meth:`run` sends commands and returns their replies in order: values as hiredis
     parses them (bytes, int, lists), a refused command as its ``hiredis.ReplyError`` in
     its place.  It raises :class:`~gateway.errors.Unavailable` when the connection could
-    not be made or was lost with commands unanswered after every attempt.
+    not be made or was lost with commands unanswered after every attempt, or when Redis
+    left them unanswered for the connection's ``timeout``.  Commands of every caller in
+    one loop iteration go out in one write.
     """
 
     def __init__(self, conn: Server) -> None:
         self._conn = conn
         self._pipe: _Pipe | None = None
         self._connecting = anyio.Lock()
-        #: Connections made (the first and every one after a loss), for tests.
+        #: Connections made (the first and every one after a loss), and writes made
+        #: (one per loop iteration with commands), for tests and benchmarks.
         self.connects = 0
+        self.writes = 0
         self._closed = False
 
     async def run(self, commands: Sequence[bytes]) -> list[Any]:
@@ -151,19 +206,15 @@ class Lane:
                 continue
             try:
                 # Replies come in order (and a loss fails every future at once): when
-                # the last is done, all are.
+                # the last is done, all are.  A caller cancelled here simply leaves:
+                # its replies are dropped in their turn, and the callers whose commands
+                # share its write still get theirs.
                 await futures[-1]
+            except LaneTimeout as exc:
+                # Redis stopped answering: not sent again (the lane's bound is the call's).
+                raise Unavailable(str(exc)) from exc
             except LaneLost:
                 pass
-            except BaseException:
-                # Cancelled or timed out with replies due: nobody can tell which caller
-                # a late reply would be for, so the connection goes.
-                # (Awaiting the last future cancels it with its caller.)
-                if not all(f.done() and not f.cancelled() for f in futures):
-                    pipe.abort(LaneLost("a call was abandoned before its reply"))
-                    if self._pipe is pipe:
-                        self._pipe = None
-                raise
             again: list[int] = []
             failure = LaneLost("redis refused the write: READONLY")
             for i, future in zip(todo, futures, strict=True):
@@ -204,7 +255,7 @@ class Lane:
         address = await conn.listener_address()
         within = min(conn.timeout, 5.0)
         with anyio.fail_after(within):  # the connect and the handshake together
-            transport, pipe = await open_raw(address, _Pipe, within)
+            transport, pipe = await open_raw(address, lambda: _Pipe(self, conn.timeout), within)
             self.connects += 1
             sock = transport.get_extra_info("socket")
             if sock is not None and address.path is None:
