@@ -46,6 +46,11 @@ class Route:
     preflight: bytes | None = None
     #: An operational route: no token, ``HEAD`` served like ``GET``.
     public: bool = False
+    #: Methods whose handler may answer with a stream or take the connection over: it
+    #: runs in a scope the connection's loss cancels (``Responder.cancelled_on_loss``).
+    #: The others answer once, every wait of theirs bounded, and run to their end if
+    #: the client leaves (no cancel scope per publish: a few us each).
+    streams: frozenset[str] = frozenset({"GET", "HEAD"})
     pattern: re.Pattern[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -94,7 +99,11 @@ class Router:
         request.route = route.name
         handler = route.handler(request.method)
         if handler is not None:
-            await handler(services, request, responder, params)
+            if request.method in route.streams:
+                with responder.cancelled_on_loss():
+                    await handler(services, request, responder, params)
+            else:
+                await handler(services, request, responder, params)
         elif request.method == "OPTIONS" and route.preflight and services.cors.enabled:
             services.cors.preflight(request, responder, route.preflight)
         else:

@@ -43,6 +43,7 @@ ROUTES: tuple[Route, ...] = (
         {"POST": runs.attach},
         "use POST with a RunAgentInput",
         preflight=b"POST",
+        streams=frozenset({"POST"}),
     ),
     Route("feeds", "/v1/feeds", {"GET": feeds.list_feeds}, ONLY_GET, preflight=b"GET"),
     Route(

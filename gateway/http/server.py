@@ -12,8 +12,9 @@ kernel buffer is full, so a slow client holds back only its own handler.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import Any, cast
 from urllib.parse import parse_qs, urlsplit
 
@@ -197,6 +198,25 @@ class Responder:
     def error(self, exc: GatewayError) -> None:
         self.send(exc.status, exc.body(), headers=exc.headers())
 
+    @contextlib.contextmanager
+    def cancelled_on_loss(self) -> Iterator[None]:
+        """Run what is inside in a scope the connection's loss cancels: a handler that
+        streams (:meth:`stream`) or takes the connection over (:meth:`take_over`), whose
+        waits last as long as the client stays."""
+        conn = self._conn
+        with anyio.CancelScope() as scope:
+            conn._scope = scope
+            if conn.transport is None:
+                scope.cancel()  # already gone
+            try:
+                yield
+            finally:
+                conn._scope = None
+
+    def _require_scope(self) -> None:
+        if self._conn._scope is None:
+            raise RuntimeError("a stream needs its handler inside cancelled_on_loss()")
+
     @property
     def remote(self) -> str:
         """The client's address (``host:port``; "" once the connection is gone)."""
@@ -209,6 +229,7 @@ class Responder:
         """Switch protocols: see :meth:`HttpConnection.take_over`.  Nothing sent yet."""
         if self.started:
             raise RuntimeError("response already started")
+        self._require_scope()
         self.started = True
         self.status = 101
         return self._conn.take_over(on_data, on_eof)
@@ -216,6 +237,7 @@ class Responder:
     def stream(self, status: int, headers: list[tuple[bytes, bytes]]) -> Stream:
         if self.started:
             raise RuntimeError("response already started")
+        self._require_scope()
         self.started = True
         self.status = status
         return self._conn.start_stream(status, headers, self._request.http11)
@@ -239,6 +261,10 @@ class HttpConnection(asyncio.Protocol):
         self._discarding = False
         self._discarded = 0
         self._head_timer: asyncio.TimerHandle | None = None
+        #: When the awaited head (or body) is due; None while a request is handled.
+        self._head_deadline: float | None = None
+        #: Reading stopped: bytes came while a request was being handled.
+        self._paused = False
         #: After an upgrade, the new protocol's byte handlers.
         self._on_data: Callable[[bytes], None] | None = None
         self._on_eof: Callable[[], None] | None = None
@@ -252,23 +278,45 @@ class HttpConnection(asyncio.Protocol):
         self._arm_head_timer()
 
     def _arm_head_timer(self, seconds: float | None = None) -> None:
-        self._disarm_head_timer()
+        """The next head (or, with ``seconds``, the current body) must be in within its
+        bound.  One timer per connection, kept across requests: re-armed only when it
+        fires early or would fire late (a call_later and a cancel per request are
+        ~1.5 us of a keep-alive publish)."""
         loop = asyncio.get_running_loop()
-        bound = REQUEST_HEAD_SECONDS if seconds is None else seconds
-        self._head_timer = loop.call_later(bound, self._head_timeout)
+        deadline = loop.time() + (REQUEST_HEAD_SECONDS if seconds is None else seconds)
+        self._head_deadline = deadline
+        timer = self._head_timer
+        if timer is not None and timer.when() > deadline:
+            timer.cancel()
+            timer = None
+        if timer is None:
+            self._head_timer = loop.call_at(deadline, self._head_timeout)
 
     def _disarm_head_timer(self) -> None:
+        # The timer stays: finding no deadline when it fires, it stops.
+        self._head_deadline = None
+
+    def _cancel_head_timer(self) -> None:
+        self._head_deadline = None
         if self._head_timer is not None:
             self._head_timer.cancel()
             self._head_timer = None
 
     def _head_timeout(self) -> None:
         self._head_timer = None
+        deadline = self._head_deadline
+        if deadline is None:
+            return
+        loop = asyncio.get_running_loop()
+        if loop.time() < deadline:  # armed again since this timer was set
+            self._head_timer = loop.call_at(deadline, self._head_timeout)
+            return
+        self._head_deadline = None
         if not self._busy and not self._streaming and self.transport is not None:
             self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm_head_timer()
+        self._cancel_head_timer()
         self.server.connections.discard(self)
         self.transport = None
         self.resume_writing()
@@ -298,6 +346,14 @@ class HttpConnection(asyncio.Protocol):
                 self.transport.close()
             return
         self._parser.receive(data)
+        if self._busy:
+            # Pipelined bytes while a request is handled: keep this read's worth and
+            # leave the rest in the kernel until the answer is out (a bound without a
+            # pause and a resume per request).
+            if not self._paused and self.transport is not None:
+                self._paused = True
+                self.transport.pause_reading()
+            return
         self._pump()
 
     def eof_received(self) -> bool | None:
@@ -336,9 +392,8 @@ class HttpConnection(asyncio.Protocol):
         # An upgrade not taken over (refused) ends the connection after its answer.
         self._keep_alive = parsed.keep_alive and not parsed.upgrade
         self._busy = True
-        # Read nothing more while the handler runs: pipelined requests wait in the
-        # kernel, not in our memory.
-        self.transport.pause_reading()
+        # Reading stops only if more bytes come while the handler runs (data_received):
+        # pipelined requests wait in the kernel, not in our memory.
         self.server.spawn(self._handle, request)
 
     def _fail(self, status: int, exc: GatewayError) -> None:
@@ -357,22 +412,22 @@ class HttpConnection(asyncio.Protocol):
 
     async def _handle(self, request: Request) -> None:
         responder = Responder(self, request)
-        with anyio.CancelScope() as scope:
-            self._scope = scope
-            if self.transport is None:
-                return
-            try:
-                await self.server.handler(request, responder)
-            except GatewayError as exc:
-                if not responder.started:
-                    responder.error(exc)
-            except anyio.BrokenResourceError:
-                pass
-            except Exception:
-                log.exception("handler failed", path=request.path, method=request.method)
-                if not responder.started:
-                    responder.send(500, error_body("internal", "internal error"))
-        self._scope = None
+        if self.transport is None:
+            return
+        # No cancel scope here: a handler that streams enters one that the
+        # connection's loss cancels (Responder.cancelled_on_loss); one that answers
+        # once runs to its (bounded) end.
+        try:
+            await self.server.handler(request, responder)
+        except GatewayError as exc:
+            if not responder.started:
+                responder.error(exc)
+        except anyio.BrokenResourceError:
+            pass
+        except Exception:
+            log.exception("handler failed", path=request.path, method=request.method)
+            if not responder.started:
+                responder.send(500, error_body("internal", "internal error"))
         self.server.observe(request, responder)
         if self._streaming:
             if self.transport is not None:
@@ -383,7 +438,9 @@ class HttpConnection(asyncio.Protocol):
             return
         self._busy = False
         if self.transport is not None:
-            self.transport.resume_reading()
+            if self._paused:
+                self._paused = False
+                self.transport.resume_reading()
             self._arm_head_timer()
         if not self._keep_alive:
             if self.transport is not None:
@@ -411,6 +468,7 @@ class HttpConnection(asyncio.Protocol):
         # chunk).
         self.transport.write(response_head(status, all_headers, close=True))
         # Read again (and discard): a client that goes away is noticed at once.
+        self._paused = False
         self.transport.resume_reading()
         return Stream(self, chunked)
 
@@ -427,6 +485,7 @@ class HttpConnection(asyncio.Protocol):
         self._on_data = on_data
         self._on_eof = on_eof
         self._request = None
+        self._paused = False
         if self.transport is not None:
             self.transport.resume_reading()
         return bytes(trailing), Stream(self, chunked=False)

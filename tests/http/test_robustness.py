@@ -106,6 +106,27 @@ async def test_a_silent_connection_is_closed(monkeypatch: pytest.MonkeyPatch) ->
             sock.close()
 
 
+async def test_a_keep_alive_connection_silent_after_its_requests_is_closed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The head timer is kept across requests (re-armed when it fires early): a
+    connection served twice, then silent, is closed once the next head's bound passed."""
+    monkeypatch.setattr(http_server, "REQUEST_HEAD_SECONDS", 0.3)
+    healthz = b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n"
+    async with start_node(None) as node:
+        with socket.create_connection(("127.0.0.1", node.port)) as sock:
+            sock.settimeout(5)
+            received = b""
+            for n in (1, 2):
+                sock.sendall(healthz)
+                while received.count(b'{"status":"ok"}') < n:
+                    chunk = await anyio.to_thread.run_sync(sock.recv, 4096)
+                    assert chunk, "closed while requests were being served"
+                    received += chunk
+            data = await anyio.to_thread.run_sync(sock.recv, 10)
+            assert data == b""  # closed by the server, not timed out here
+
+
 async def test_a_slow_body_is_bound_by_the_body_timer_not_the_head_timer(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
