@@ -166,7 +166,7 @@ async def test_a_write_left_unanswered_for_the_timeout_takes_the_connection(
     assert lane is not None
     try:
         with anyio.fail_after(10):
-            with pytest.raises(Unavailable, match="did not answer within 0.3 s"):
+            with pytest.raises(Unavailable, match=r"did not answer within 0\.3 s"):
                 await lane.run([pack(["BLPOP", "q", 5])])  # answered in 5 s: too late
             # The connection went, and its BLPOP with it: nothing waits on "q" ...
             await until(lambda: not _blocked(admin, "blpop"), 5, "unblocked")

@@ -47,12 +47,28 @@ class Waker:
             waiter.set_result(None)
 
     async def wait(self, within: float) -> None:
-        """Return once woken (since the last wait) or after ``within`` seconds."""
+        """Return once woken (since the last wait) or after ``within`` seconds.
+
+        The bound is a loop timer that resolves the waiter, not a cancel scope: the
+        node's reader waits here once per wake-up, and an anyio scope costs it several
+        microseconds each time (a share of every event at agent rates).  A caller's
+        own cancellation still ends the wait at once."""
         if not self._woken and within > 0:
-            waiter = self._waiter = asyncio.get_running_loop().create_future()
-            with anyio.move_on_after(within):
+            loop = asyncio.get_running_loop()
+            waiter = self._waiter = loop.create_future()
+            timer = loop.call_later(within, _resolve, waiter)
+            try:
                 await waiter
+            finally:
+                timer.cancel()
+                if self._waiter is waiter:
+                    self._waiter = None
         self._woken = False
+
+
+def _resolve(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 class Listener(asyncio.Protocol):

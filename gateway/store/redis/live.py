@@ -23,7 +23,7 @@ import anyio
 from gateway.cursor import Cursor
 from gateway.feed import FeedKey, StoredItem
 from gateway.store.base import Batch, LiveFeed, Positions
-from gateway.store.redis.connection import ListenerAddress, RedisConnection
+from gateway.store.redis.connection import ListenerAddress, RedisConnection, translate
 from gateway.store.redis.feeds import RedisFeeds, stored_item
 from gateway.store.redis.listener import Listener, Waker
 from gateway.store.redis.listener import connect as connect_listener
@@ -159,7 +159,11 @@ class RedisLive(LiveFeed):
                 self._last_verify = now - self.VERIFY_SECONDS + self.VERIFY_RETRY_SECONDS
         if resets:
             return resets
-        with self.conn.io("read_new", within=block_ms / 1000 + 2 * self.conn.timeout):
+        # No cancel scope around the wait (several us per wake-up, at agent rates a
+        # share of every event): each wait inside has its own bound (the waker's
+        # timer, the subscribe's confirmation, the listener's connect, redis-py's
+        # socket timeouts for the cluster's topology).
+        with translate("read_new"):
             pushed, todo, stamps, transient = await self._listen(positions, block_ms)
         if len(self._stream_keys) > 2 * len(positions) + 1000:
             self._forget_keys(positions)
