@@ -65,7 +65,8 @@ class RedisFeeds(FeedStore):
         self.min_replicas = min_replicas
         self.replica_timeout_ms = replica_timeout_ms
         self._publish = conn.publish_command
-        #: Append steps of one loop iteration in one pipeline (not on a cluster, whose
+        #: Script calls of one loop iteration that go through redis-py (state checks;
+        #: appends when there is no lane) in one pipeline (not on a cluster, whose
         #: calls go to their shards one by one anyway).
         self._coalescer: Coalescer[tuple[list[str], list[Any]], Any] | None = (
             None if conn.cluster else Coalescer(self._flush)
