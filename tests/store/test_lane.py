@@ -1,9 +1,10 @@
 """The lane (``gateway/store/redis/lane.py``): one pipelined connection for appends, on a
 ``redis-server`` of the test's own: replies reach their callers in order, the
 handshake authenticates and selects, a lost connection is replaced and only unanswered
-commands are sent again, a demoted master is refused, a restart is noticed, one loop
-iteration's commands go in one write, a caller that stops waiting leaves its reply to be
-dropped in its turn, and a write left unanswered for the timeout takes the connection."""
+commands are sent again, a demoted master is refused, a restart is noticed, a command
+goes at once to an idle connection and the loop iteration's others in one write after
+it, a caller that stops waiting leaves its reply to be dropped in its turn, and a write
+left unanswered for the timeout takes the connection."""
 
 from __future__ import annotations
 

@@ -71,12 +71,12 @@ class RedisFeeds(FeedStore):
         self._coalescer: Coalescer[tuple[list[str], list[Any]], Any] | None = (
             None if conn.cluster else Coalescer(self._flush)
         )
-        #: Appends go over the node's lane (one raw pipelined connection that writes a
-        #: loop iteration's commands at once, see ``lane.py``), and so does the
-        #: periodic verify; not on a cluster, nor with ``min_replicas`` (its WAIT must
-        #: follow the writes on their connection).  State checks and history reads stay
-        #: on redis-py's pool: concurrent subscribes share them (the hub's single
-        #: flights), and a faster call is shared by fewer.
+        #: Appends go over the node's lane (one raw pipelined connection, see
+        #: ``lane.py``), and so does the periodic verify; not on a cluster, nor with
+        #: ``min_replicas`` (its WAIT must follow the writes on their connection).
+        #: State checks and history reads stay on redis-py's pool: concurrent
+        #: subscribes share them (the hub's single flights), and a faster call is
+        #: shared by fewer.
         self._lane = None if min_replicas else conn.lane()
         #: The last :meth:`verify` could not check some feed (try again soon).
         self.deferred = False

@@ -144,8 +144,8 @@ class _Pipe(asyncio.Protocol):
             self._transport.abort()
 
     def send(self, commands: Sequence[bytes]) -> list[asyncio.Future[Any]]:
-        """Queue packed commands for this iteration's write; a future for each reply,
-        in order."""
+        """Write packed commands now if nothing is outstanding, else with this
+        iteration's other commands; a future for each reply, in order."""
         if self.lost is not None or self._transport is None:
             raise self.lost or LaneLost("redis connection is closed")
         loop = asyncio.get_running_loop()
@@ -187,8 +187,8 @@ class Lane:
     parses them (bytes, int, lists), a refused command as its ``hiredis.ReplyError`` in
     its place.  It raises :class:`~gateway.errors.Unavailable` when the connection could
     not be made or was lost with commands unanswered after every attempt, or when Redis
-    left them unanswered for the connection's ``timeout``.  Commands of every caller in
-    one loop iteration go out in one write.
+    left them unanswered for the connection's ``timeout``.  Commands go out at once when
+    nothing is outstanding, else every caller's of the loop iteration in one write.
     """
 
     def __init__(self, conn: Server) -> None:
@@ -196,7 +196,7 @@ class Lane:
         self._pipe: _Pipe | None = None
         self._connecting = anyio.Lock()
         #: Connections made (the first and every one after a loss), and writes made
-        #: (one per loop iteration with commands), for tests and benchmarks.
+        #: (see :class:`_Pipe`), for tests and benchmarks.
         self.connects = 0
         self.writes = 0
         self._closed = False
