@@ -56,8 +56,17 @@ class EndReason(enum.StrEnum):
 class Sink(Protocol):
     """What a transport gives the driver for one subscription's connection."""
 
-    async def write(self, data: bytes) -> None:
-        """Write ``data`` and wait until the connection takes more (flow control)."""
+    def write_nowait(self, data: bytes) -> None:
+        """Hand ``data`` (not empty) to the connection; BrokenResourceError once closed."""
+        ...
+
+    @property
+    def paused(self) -> bool:
+        """The connection holds more than it should: :meth:`drain` before writing on."""
+        ...
+
+    async def drain(self) -> None:
+        """Wait until the connection takes more (BrokenResourceError once it is lost)."""
         ...
 
 
@@ -163,8 +172,17 @@ class Driver:
             self.hub.close(self.sub)
 
     async def _write(self, sink: Sink, data: bytes) -> None:
-        with anyio.fail_after(self.write_timeout):
-            await sink.write(data)
+        """Write, then wait (at most ``write_timeout``) if the connection is full.
+
+        Most writes are taken at once: only a full connection is waited on, and only
+        then is a cancel scope entered (about 11 us each on the project's VM, a few
+        per reconnect).
+        """
+        if data:
+            sink.write_nowait(data)
+        if sink.paused:
+            with anyio.fail_after(self.write_timeout):
+                await sink.drain()
 
     async def advance(self, sink: Sink) -> EndReason | None:
         """Act on the subscription's state until it is live (None) or has ended.

@@ -189,13 +189,12 @@ class Hub:
             sub = Subscription(feed, fmt, decision.cursor)
             sub.head = state.head_cursor
             sub.restarted(decision.cursor)
-            self.metrics.resumes.labels(outcome="epoch_restarted").inc()
+            self.metrics.child(self.metrics.resumes, "epoch_restarted").inc()
             return sub
         sub = Subscription(feed, fmt, decision.after)
         sub.head = state.head_cursor
-        self.metrics.resumes.labels(
-            outcome="live" if decision.after.offset == state.head else "replayed"
-        ).inc()
+        outcome = "live" if decision.after.offset == state.head else "replayed"
+        self.metrics.child(self.metrics.resumes, outcome).inc()
         await self._register(sub, state)
         return sub
 
@@ -210,9 +209,7 @@ class Hub:
             await self._idle.wait()
 
     async def _register(self, sub: Subscription, state: FeedState) -> None:
-        self.metrics.subscriptions.labels(
-            transport=sub.fmt.transport, kind=sub.feed.kind.value
-        ).inc()
+        self.metrics.child(self.metrics.subscriptions, sub.fmt.transport, sub.feed.kind.value).inc()
         channel = self.channels.get(sub.feed)
         created = channel is None
         if channel is None:
@@ -372,9 +369,7 @@ class Hub:
         if channel is None or sub not in channel.subs:
             return
         channel.subs.remove(sub)
-        self.metrics.subscriptions.labels(
-            transport=sub.fmt.transport, kind=sub.feed.kind.value
-        ).dec()
+        self.metrics.child(self.metrics.subscriptions, sub.fmt.transport, sub.feed.kind.value).dec()
         name = sub.fmt.name
         if name in channel.encoders and not any(s.fmt.name == name for s in channel.subs):
             del channel.encoders[name]

@@ -126,6 +126,15 @@ class Stream:
         self.write_nowait(data)
         await self._conn.drain()
 
+    @property
+    def paused(self) -> bool:
+        """The transport holds more than its high-water mark: :meth:`drain` waits."""
+        return self._conn.paused
+
+    async def drain(self) -> None:
+        """Wait until the transport accepts more (BrokenResourceError once lost)."""
+        await self._conn.drain()
+
     def write_nowait(self, data: bytes) -> None:
         transport = self._conn.transport
         if transport is None or transport.is_closing():
@@ -322,6 +331,11 @@ class HttpConnection(asyncio.Protocol):
         self.resume_writing()
         if self._scope is not None:
             self._scope.cancel()
+
+    @property
+    def paused(self) -> bool:
+        """Writing is paused (the transport's buffer passed its high-water mark)."""
+        return self._writable is not None
 
     def pause_writing(self) -> None:
         if self._writable is None:

@@ -104,8 +104,8 @@ async def _stream(
         remote=responder.remote,
         feed=sub.feed.public_name,
     ):
-        metrics.connections.labels(transport=TRANSPORT).inc()
-        metrics.connects.labels(transport=TRANSPORT).inc()
+        metrics.child(metrics.connections, TRANSPORT).inc()
+        metrics.child(metrics.connects, TRANSPORT).inc()
         log.info("connection opened")
         reason = EndReason.ERROR
         try:
@@ -128,8 +128,8 @@ async def _stream(
         finally:
             services.connections.discard(registered)
             outbox.release()
-            metrics.connections.labels(transport=TRANSPORT).dec()
-            metrics.disconnects.labels(transport=TRANSPORT, reason=reason.value).inc()
+            metrics.child(metrics.connections, TRANSPORT).dec()
+            metrics.child(metrics.disconnects, TRANSPORT, reason.value).inc()
             log.info("connection closed", reason=reason.value)
         stream.end()
 

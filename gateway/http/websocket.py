@@ -528,8 +528,8 @@ async def upgrade(
             services, principal=principal, stream=stream, protocol=protocol, remote=remote
         )
         services.connections.add_timed(session, session.next_due(anyio.current_time(), time.time()))
-        metrics.connections.labels(transport=TRANSPORT).inc()
-        metrics.connects.labels(transport=TRANSPORT).inc()
+        metrics.child(metrics.connections, TRANSPORT).inc()
+        metrics.child(metrics.connects, TRANSPORT).inc()
         # The session's own lines carry its context via Session.log(); this binds it
         # for whatever else logs in this task.
         with structlog.contextvars.bound_contextvars(
@@ -542,10 +542,10 @@ async def upgrade(
                 # Also when the transport's loss cancelled us: the reason is what
                 # the server decided before closing, if anything.
                 services.connections.discard(session)
-                metrics.connections.labels(transport=TRANSPORT).dec()
+                metrics.child(metrics.connections, TRANSPORT).dec()
                 code = session.final_code()
                 reason = _reason(code)
-                metrics.disconnects.labels(transport=TRANSPORT, reason=reason).inc()
+                metrics.child(metrics.disconnects, TRANSPORT, reason).inc()
                 log.info("connection closed", reason=reason, code=code)
 
 

@@ -72,21 +72,29 @@ class Sink:
     def __init__(self) -> None:
         self.written = bytearray()
         self.writes = 0
+        self.paused = False
 
-    async def write(self, data: bytes) -> None:
+    def write_nowait(self, data: bytes) -> None:
         self.writes += 1
         self.written += data
 
+    async def drain(self) -> None:
+        self.paused = False
+
 
 class BrokenSink(Sink):
-    async def write(self, data: bytes) -> None:
+    def write_nowait(self, data: bytes) -> None:
         raise anyio.BrokenResourceError
 
 
 class StuckSink(Sink):
-    """A client that stopped reading: a write never completes."""
+    """A client that stopped reading: the connection stays full."""
 
-    async def write(self, data: bytes) -> None:
+    def write_nowait(self, data: bytes) -> None:
+        super().write_nowait(data)
+        self.paused = True
+
+    async def drain(self) -> None:
         await anyio.sleep_forever()
 
 
@@ -287,6 +295,41 @@ async def test_a_client_gone_and_a_client_stuck(node: Node) -> None:
     with anyio.fail_after(5):
         assert await stuck.advance(StuckSink()) is EndReason.SLOW
     stuck.close()
+
+
+class FullSink(Sink):
+    """A connection that is full after every write until it drains."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.drains = 0
+
+    def write_nowait(self, data: bytes) -> None:
+        super().write_nowait(data)
+        self.paused = True
+
+    async def drain(self) -> None:
+        self.drains += 1
+        self.paused = False
+
+
+async def test_history_waits_for_a_full_connection_before_each_next_page(node: Node) -> None:
+    feed = team_feed("acme", ev.team_id())
+    items = await node.items(feed, 9)  # three pages of four (history_page=4) and one
+    driver = node.driver()
+    await driver.open(feed, None, TEAM_SSE)
+    driver.attach(Outbox(FakeStream(), 1 << 20, node.hub.budget))  # type: ignore[arg-type]
+    full, roomy = FullSink(), Sink()
+    assert await driver.advance(full) is None
+    assert full.writes >= 3 and full.drains == full.writes
+    assert all(b'"event":%d' % i in full.written for i in range(len(items)))
+    driver.close()
+    other = node.driver()
+    await other.open(feed, None, TEAM_SSE)
+    other.attach(Outbox(FakeStream(), 1 << 20, node.hub.budget))  # type: ignore[arg-type]
+    assert await other.advance(roomy) is None
+    assert roomy.written == full.written  # the same history, nothing waited on
+    other.close()
 
 
 class FailingReads(MemoryStore):
