@@ -85,6 +85,22 @@ async def _silent_websocket(host: str, port: int, bearer: str) -> anyio.abc.Sock
     return stream
 
 
+@pytest.mark.usefixtures("restore_structlog")
+def test_a_logger_kept_from_its_first_use_still_carries_each_lines_context() -> None:
+    buffer = io.StringIO()
+    configure_logging(settings(log_format="json", log_level="warning"), buffer, once=True)
+    log = structlog.get_logger("gateway.test.once")
+    for conn_id in ("first", "second"):
+        with structlog.contextvars.bound_contextvars(conn_id=conn_id):
+            log.info("dropped")
+            log.warning("kept")
+    lines = _lines(buffer)
+    assert [(line["event"], line["conn_id"]) for line in lines] == [
+        ("kept", "first"),
+        ("kept", "second"),
+    ]
+
+
 @pytest.mark.anyio
 @pytest.mark.usefixtures("restore_structlog")
 async def test_json_lines_of_a_real_node_carry_each_connections_context() -> None:
