@@ -9,6 +9,7 @@ import anyio
 import pytest
 import redis
 
+from gateway.feed import team_feed
 from gateway.store.redis.connection import RedisConnection
 from tests.support.redis_server import RedisServer
 from tests.support.wait import until
@@ -76,3 +77,20 @@ async def test_a_blocking_read_is_cancelled_at_once(server: RedisServer) -> None
     finally:
         await conn.aclose()
         admin.close()
+
+
+async def test_feed_keys_are_remembered_and_bounded(server: RedisServer) -> None:
+    conn = RedisConnection(server.url, prefix="gw")
+    conn.FEED_KEYS_KEPT = 3
+    try:
+        feeds = [team_feed("a:b{c}", f"0190f5a2-0000-7000-8000-00000000000{i}") for i in range(5)]
+        first = conn.feed_keys(feeds[0])
+        tag = "{a%3Ab%7Bc%7D:team:" + feeds[0].id + "}"
+        assert first == (f"gw:{tag}:m", f"gw:{tag}:s", f"gw:{tag}:i")
+        assert conn.feed_keys(feeds[0]) is first  # built once
+        for feed in feeds[1:]:
+            conn.feed_keys(feed)
+        assert len(conn._feed_keys) <= 3  # forgotten past the bound
+        assert conn.feed_keys(feeds[0]) == first  # and built again alike
+    finally:
+        await conn.aclose()
