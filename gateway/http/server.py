@@ -29,6 +29,7 @@ from gateway.errors import (
     error_body,
 )
 from gateway.http.h1 import HttpError, RequestParser, response_head
+from gateway.http.tasks import OwnedTasks
 
 log = structlog.get_logger("gateway.http")
 
@@ -529,31 +530,25 @@ class HttpServer:
         self.connections: set[HttpConnection] = set()
         self._server: asyncio.base_events.Server | None = None
         #: The handler tasks running now (see :meth:`spawn`).
-        self._handlers: set[asyncio.Task[None]] = set()
+        self._handlers = OwnedTasks()
 
     def spawn(self, fn: RequestTask, request: Request) -> None:
         """Run one request's handler as a task of its own.
 
-        A plain asyncio task, not ``start_soon``: anyio's task-group spawn costs about
-        12 us more per request (its task handle, the name, the scope bookkeeping), a
-        share of a single-event publish that matters.  The server still owns every
-        such task: :meth:`aclose` cancels those that outlive their connections and
-        waits for them, within the task group's lifetime (app.py)."""
-        task = asyncio.get_running_loop().create_task(fn(request))
-        self._handlers.add(task)
-        task.add_done_callback(self._handlers.discard)
+        A plain asyncio task (:class:`~gateway.http.tasks.OwnedTasks`), not
+        ``start_soon``: anyio's task-group spawn costs a share of a single-event
+        publish that matters.  The server still owns every such task: :meth:`aclose`
+        cancels those that outlive their connections and waits for them, within the
+        task group's lifetime (app.py)."""
+        self._handlers.start(fn(request))
 
     async def aclose(self, within: float = 5.0) -> None:
         """Stop listening, close every connection, and end every handler task still
         running (cancelled; waited for at most ``within`` seconds)."""
         self.stop_listening()
         self.close_all()
-        tasks = list(self._handlers)
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            with anyio.move_on_after(within):
-                await asyncio.gather(*tasks, return_exceptions=True)
+        self._handlers.cancel()
+        await self._handlers.wait(within)
 
     def observe(self, request: Request, responder: Responder) -> None:
         if self._observe is not None:

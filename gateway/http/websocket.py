@@ -21,7 +21,6 @@ import os
 import time
 
 import anyio
-import anyio.abc
 import structlog
 from websockets.frames import Close, Frame, Opcode
 from websockets.protocol import State
@@ -48,6 +47,7 @@ from gateway.feed import FeedKey
 from gateway.http import ws_handshake
 from gateway.http.server import Request, Responder, Stream, connection_id
 from gateway.http.services import Services
+from gateway.http.tasks import OwnedTasks
 from gateway.wire import ws
 from gateway.wire.aisdk import AI_SDK_WS
 from gateway.wire.format import Format
@@ -59,6 +59,9 @@ _WS_LOGGER = logging.getLogger("websockets.server")
 
 #: How long a closing socket waits for the client's close frame.
 CLOSE_TIMEOUT = 2.0
+#: Seconds the session waits, on its way out, for its tasks to end (each is bounded
+#: by its own waits: the Redis timeout, the write timeout); then they are cancelled.
+TASKS_END_WITHIN = 10.0
 TRANSPORT = "ws"
 
 
@@ -92,13 +95,13 @@ class _Entry:
     def wake(self, sub: Subscription) -> None:
         """The hub changed a live subscription's state: start a task to act on it."""
         session = self.session
-        if self.scope is not None or session._tg is None or session._closing:
+        if self.scope is not None or session._tasks is None or session._closing:
             return
         if session.stream.closed:  # the connection is gone: release, do not start work
             session._forget(self)
             return
         self.scope = anyio.CancelScope()
-        session._tg.start_soon(session._drive_task, self)
+        session._tasks.start(session._drive_task(self))
 
     def end(self) -> None:
         """Stop the task (if any) and release the subscription (idempotent)."""
@@ -137,7 +140,8 @@ class Session:
         self.entries: dict[str, _Entry] = {}
         self._overflows = Overflows()
         self._bad_messages = 0
-        self._tg: anyio.abc.TaskGroup | None = None
+        #: The tasks driving entries (one per entry at most), while run() runs.
+        self._tasks: OwnedTasks | None = None
         self._closing = False
         self._closed = anyio.Event()
         self._ping_payload = b""
@@ -258,8 +262,8 @@ class Session:
         self._unsubscribe(name)
         entry = self.entries[name] = _Entry(self, name)
         entry.scope = anyio.CancelScope()
-        assert self._tg is not None
-        self._tg.start_soon(self._join, entry, key, cursor, fmt, piece)
+        assert self._tasks is not None
+        self._tasks.start(self._join(entry, key, cursor, fmt, piece))
 
     def _unsubscribe(self, name: str) -> None:
         entry = self.entries.pop(name, None)
@@ -431,26 +435,32 @@ class Session:
             self.stream.end()
 
     async def run(self, trailing: bytes) -> None:
-        """Serve the socket until it closes (or the connection is lost)."""
+        """Serve the socket until it closes (or the connection is lost).
+
+        Entries are driven by tasks of the session's own (:class:`OwnedTasks`: a task
+        per ``subscribe`` through anyio's task group was ~4% of a reconnect).  Each runs
+        inside its entry's cancel scope; on the way out every entry is ended, which
+        cancels its task, and the tasks are waited for.  A task that fails ends the
+        session, and its exception is raised here once the others have ended.
+        """
+        tasks = self._tasks = OwnedTasks(on_failure=lambda _: self._finish())
         try:
-            async with anyio.create_task_group() as tg:
-                self._tg = tg
-                if trailing:
-                    self.on_data(trailing)
-                await self._closed.wait()
-                # Every task of the group drives one entry inside that entry's scope,
-                # which this cancels.  (Not tg.cancel_scope.cancel() as well: anyio
-                # formats the calling task's repr on every cancel(), ~4% of a
-                # reconnect.)  Closing first: no entry starts a task from here on.
-                self._closing = True
-                self._end_subscriptions()
+            if trailing:
+                self.on_data(trailing)
+            await self._closed.wait()
         finally:
             # Also when the connection was lost (a reset cancels us): live
             # subscriptions keep no task, so nothing else would release them.
+            # Closing first: no entry starts a task from here on.
             self._closing = True
-            self._tg = None
             self._end_subscriptions()
+            if not await tasks.wait(TASKS_END_WITHIN):
+                tasks.cancel()
+                await tasks.wait(TASKS_END_WITHIN)
+            self._tasks = None
             self.outbox.release()
+        if tasks.failure is not None:
+            raise tasks.failure
 
     def final_code(self) -> int | None:
         """The close code the server chose, or None when the client closed first."""
