@@ -40,10 +40,12 @@ class OwnedTasks:
     def __len__(self) -> int:
         return len(self._tasks)
 
-    def start(self, coro: Coroutine[Any, Any, None]) -> None:
+    def start(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """Run ``coro`` as a task of this owner's; the task is returned (to cancel)."""
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._done)
+        return task
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
@@ -67,9 +69,30 @@ class OwnedTasks:
     async def wait(self, within: float) -> bool:
         """Wait until every task has ended, at most ``within`` seconds, shielded from
         the caller's cancellation (an exit path must see its tasks end); True if they
-        all did."""
+        all did.
+
+        The shield (an anyio scope, ~3% of a reconnect) is entered only when the caller
+        is being cancelled or is cancelled during the wait; a session that closes
+        normally waits with a plain ``asyncio.wait``.
+        """
         tasks = list(self._tasks)
-        if tasks:
-            with anyio.move_on_after(within, shield=True):
-                await asyncio.wait(tasks)
+        if not tasks:
+            return True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + within
+        current = asyncio.current_task()
+        if current is not None and not current.cancelling():
+            try:
+                await asyncio.wait(tasks, timeout=within)
+            except asyncio.CancelledError:
+                await _shielded_wait(tasks, deadline - loop.time())
+                raise
+        else:
+            await _shielded_wait(tasks, within)
         return all(task.done() for task in tasks)
+
+
+async def _shielded_wait(tasks: list[asyncio.Task[None]], within: float) -> None:
+    if within > 0 and not all(task.done() for task in tasks):
+        with anyio.move_on_after(within, shield=True):
+            await asyncio.wait(tasks)

@@ -15,6 +15,7 @@ Nothing a socket does affects another socket.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -79,14 +80,18 @@ def subscribe_cursor(fmt: Format, after: str | None) -> tuple[Cursor | None, int
 class _Entry:
     """One feed of a socket: its driver (once opened) and the task driving it, if any."""
 
-    __slots__ = ("driver", "name", "scope", "session")
+    __slots__ = ("driver", "ended", "name", "session", "task")
 
     def __init__(self, session: Session, name: str) -> None:
         self.session = session
         self.name = name
         self.driver: Driver | None = None
-        #: The scope of the task driving the subscription (None while it is live).
-        self.scope: anyio.CancelScope | None = None
+        #: The task driving the subscription (None while it is live).  Ending the
+        #: entry cancels it: a plain task cancel, not an anyio scope per task (a scope
+        #: made, entered, cancelled and left was ~4% of a reconnect).
+        self.task: asyncio.Task[None] | None = None
+        #: Set by :meth:`end`: a cancellation the task sees is then the entry's own.
+        self.ended = False
 
     @property
     def sub(self) -> Subscription | None:
@@ -95,18 +100,18 @@ class _Entry:
     def wake(self, sub: Subscription) -> None:
         """The hub changed a live subscription's state: start a task to act on it."""
         session = self.session
-        if self.scope is not None or session._tasks is None or session._closing:
+        if self.task is not None or session._tasks is None or session._closing:
             return
         if session.stream.closed:  # the connection is gone: release, do not start work
             session._forget(self)
             return
-        self.scope = anyio.CancelScope()
-        session._tasks.start(session._drive_task(self))
+        self.task = session._tasks.start(session._drive(self))
 
     def end(self) -> None:
         """Stop the task (if any) and release the subscription (idempotent)."""
-        if self.scope is not None:
-            self.scope.cancel()
+        self.ended = True
+        if self.task is not None:
+            self.task.cancel()
         sub = self.sub
         if sub is not None:
             sub.notify = None
@@ -143,7 +148,9 @@ class Session:
         #: The tasks driving entries (one per entry at most), while run() runs.
         self._tasks: OwnedTasks | None = None
         self._closing = False
-        self._closed = anyio.Event()
+        # asyncio's Event, not anyio's: anyio's asks for the backend on every creation
+        # (one per connection); the session only ever runs on asyncio's loop.
+        self._closed = asyncio.Event()
         self._ping_payload = b""
         #: Monotonic time the outstanding ping was sent (None: none outstanding).
         self._ping_sent: float | None = None
@@ -261,9 +268,8 @@ class Session:
         # Subscribing again replaces the subscription (e.g. after epoch_restarted).
         self._unsubscribe(name)
         entry = self.entries[name] = _Entry(self, name)
-        entry.scope = anyio.CancelScope()
         assert self._tasks is not None
-        self._tasks.start(self._join(entry, key, cursor, fmt, piece))
+        entry.task = self._tasks.start(self._join(entry, key, cursor, fmt, piece))
 
     def _unsubscribe(self, name: str) -> None:
         entry = self.entries.pop(name, None)
@@ -278,50 +284,46 @@ class Session:
     async def _join(
         self, entry: _Entry, key: FeedKey, cursor: Cursor | None, fmt: Format, piece: int | None
     ) -> None:
-        """Open a subscription (with its prelude), then drive it until it is live."""
-        assert entry.scope is not None
-        name = entry.name
-        with entry.scope:
-            driver = self.services.driver(self._overflows)
-            try:
-                sub = await driver.open(key, cursor, fmt, after_piece=piece)
-            except GatewayError as exc:
-                if self.entries.get(name) is entry:  # not replaced or unsubscribed meanwhile
-                    del self.entries[name]
-                    message = access.NO_SUCH_FEED if isinstance(exc, NotFound) else exc.message
-                    self._send(ws.error(str(exc.code), message, name))
-                return
-            if self.entries.get(name) is not entry:
-                driver.close()
-                return
-            entry.driver = driver
-            driver.attach(self.outbox)
-            self._send(ws.subscribed(name, sub.head))
-            await self._drive(entry)
+        """Open a subscription (with its prelude), then drive it until it is live.
 
-    async def _drive_task(self, entry: _Entry) -> None:
-        assert entry.scope is not None
-        with entry.scope:
-            await self._drive(entry)
+        Runs as the entry's task: :meth:`_Entry.end` cancels it.
+        """
+        name = entry.name
+        driver = self.services.driver(self._overflows)
+        try:
+            sub = await driver.open(key, cursor, fmt, after_piece=piece)
+        except GatewayError as exc:
+            if self.entries.get(name) is entry:  # not replaced or unsubscribed meanwhile
+                del self.entries[name]
+                message = access.NO_SUCH_FEED if isinstance(exc, NotFound) else exc.message
+                self._send(ws.error(str(exc.code), message, name))
+            return
+        if self.entries.get(name) is not entry:
+            driver.close()
+            return
+        entry.driver = driver
+        driver.attach(self.outbox)
+        self._send(ws.subscribed(name, sub.head))
+        await self._drive(entry)
 
     async def _drive(self, entry: _Entry) -> None:
         """Let the driver act until the subscription is live again or has ended.
 
-        A live subscription keeps no task: the hub's state change calls
-        :meth:`_Entry.wake`, which starts this again.
+        Runs as the entry's task.  A live subscription keeps no task: the hub's state
+        change calls :meth:`_Entry.wake`, which starts this again.
         """
         driver = entry.driver
         assert driver is not None and driver.sub is not None
         try:
             reason = await driver.advance(self.stream)
         except BaseException:
-            if entry.scope is not None and entry.scope.cancel_called:
-                raise  # unsubscribed or closing: whoever cancelled cleans up
+            if entry.ended:
+                raise  # unsubscribed or closing: whoever ended it cleaned up
             self._forget(entry)
             raise
         if reason is None:
             driver.sub.notify = entry.wake
-            entry.scope = None
+            entry.task = None
             return  # idle until the hub changes its state
         if reason is EndReason.SLOW:
             self.close(CloseCode.TOO_SLOW, "too slow: resume from your last cursors")
@@ -438,9 +440,9 @@ class Session:
         """Serve the socket until it closes (or the connection is lost).
 
         Entries are driven by tasks of the session's own (:class:`OwnedTasks`: a task
-        per ``subscribe`` through anyio's task group was ~4% of a reconnect).  Each runs
-        inside its entry's cancel scope; on the way out every entry is ended, which
-        cancels its task, and the tasks are waited for.  A task that fails ends the
+        per ``subscribe`` through anyio's task group was ~4% of a reconnect).  Ending an
+        entry cancels its task; on the way out every entry is ended and the tasks are
+        waited for.  A task that fails ends the
         session, and its exception is raised here once the others have ended.
         """
         tasks = self._tasks = OwnedTasks(on_failure=lambda _: self._finish())

@@ -106,3 +106,36 @@ async def test_a_failure_without_an_owner_callback_is_logged() -> None:
         assert await tasks.wait(5)
     assert [line["event"] for line in logs] == ["task failed"]
     assert isinstance(tasks.failure, RuntimeError)
+
+
+async def test_a_cancellation_that_comes_during_the_wait_is_held_until_the_tasks_end() -> None:
+    tasks = OwnedTasks()
+    release = anyio.Event()
+    finished: list[str] = []
+
+    async def slow_exit() -> None:
+        await release.wait()
+        finished.append("task")
+
+    tasks.start(slow_exit())
+    waiting = anyio.Event()
+    scopes: list[anyio.CancelScope] = []
+
+    async def owner() -> None:
+        with anyio.CancelScope() as scope:
+            scopes.append(scope)
+            waiting.set()
+            await tasks.wait(5)  # not cancelled yet: the plain wait
+            finished.append("after the wait")  # not reached: the cancellation is raised
+        finished.append("owner")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(owner)
+        await waiting.wait()
+        await anyio.lowlevel.checkpoint()  # the owner is in its wait
+        scopes[0].cancel()
+        await anyio.lowlevel.checkpoint()
+        assert finished == []  # still waiting for its task
+        release.set()
+    assert finished == ["task", "owner"]
+    assert scopes[0].cancelled_caught
