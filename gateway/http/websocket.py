@@ -442,8 +442,8 @@ class Session:
         Entries are driven by tasks of the session's own (:class:`OwnedTasks`: a task
         per ``subscribe`` through anyio's task group was ~4% of a reconnect).  Ending an
         entry cancels its task; on the way out every entry is ended and the tasks are
-        waited for.  A task that fails ends the
-        session, and its exception is raised here once the others have ended.
+        waited for.  A task that fails ends the session, and its exception is raised
+        here once the others have ended.
         """
         tasks = self._tasks = OwnedTasks(on_failure=lambda _: self._finish())
         try:

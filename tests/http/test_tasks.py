@@ -11,6 +11,20 @@ from gateway.http.tasks import OwnedTasks
 pytestmark = pytest.mark.anyio
 
 
+def _one_task_held_until_released() -> tuple[OwnedTasks, anyio.Event, list[str]]:
+    """Tasks with one task that ends (appending "task" to the list) once the event is set."""
+    tasks = OwnedTasks()
+    release = anyio.Event()
+    finished: list[str] = []
+
+    async def slow_exit() -> None:
+        await release.wait()
+        finished.append("task")
+
+    tasks.start(slow_exit())
+    return tasks, release, finished
+
+
 async def test_failures_reach_the_owner_and_the_first_is_kept() -> None:
     seen: list[BaseException] = []
     tasks = OwnedTasks(on_failure=seen.append)
@@ -58,15 +72,7 @@ async def test_the_wait_is_bounded_and_cancel_ends_what_outlives_it() -> None:
 
 
 async def test_the_wait_outlasts_its_callers_cancellation() -> None:
-    tasks = OwnedTasks()
-    release = anyio.Event()
-    finished: list[str] = []
-
-    async def slow_exit() -> None:
-        await release.wait()
-        finished.append("task")
-
-    tasks.start(slow_exit())
+    tasks, release, finished = _one_task_held_until_released()
     waiter_done = anyio.Event()
 
     async def owner(scope_ready: anyio.Event, scopes: list[anyio.CancelScope]) -> None:
@@ -109,15 +115,7 @@ async def test_a_failure_without_an_owner_callback_is_logged() -> None:
 
 
 async def test_a_cancellation_that_comes_during_the_wait_is_held_until_the_tasks_end() -> None:
-    tasks = OwnedTasks()
-    release = anyio.Event()
-    finished: list[str] = []
-
-    async def slow_exit() -> None:
-        await release.wait()
-        finished.append("task")
-
-    tasks.start(slow_exit())
+    tasks, release, finished = _one_task_held_until_released()
     waiting = anyio.Event()
     scopes: list[anyio.CancelScope] = []
 
