@@ -329,6 +329,9 @@ class HttpConnection(asyncio.Protocol):
         self._cancel_head_timer()
         self.server.connections.discard(self)
         self.transport = None
+        # The upgraded protocol's callbacks hold its session, which holds this
+        # connection's stream: dropped, the connection is freed by refcount alone.
+        self._on_data = self._on_eof = None
         self.resume_writing()
         if self._scope is not None:
             self._scope.cancel()

@@ -110,8 +110,11 @@ class _Entry:
     def end(self) -> None:
         """Stop the task (if any) and release the subscription (idempotent)."""
         self.ended = True
-        if self.task is not None:
-            self.task.cancel()
+        # Dropped, not kept: the cancelled task keeps its CancelledError, whose
+        # traceback holds the frame that holds this entry (a cycle only the GC frees).
+        task, self.task = self.task, None
+        if task is not None:
+            task.cancel()
         sub = self.sub
         if sub is not None:
             sub.notify = None
@@ -456,10 +459,14 @@ class Session:
             # Closing first: no entry starts a task from here on.
             self._closing = True
             self._end_subscriptions()
-            if not await tasks.wait(TASKS_END_WITHIN):
-                tasks.cancel()
-                await tasks.wait(TASKS_END_WITHIN)
-            self._tasks = None
+            try:
+                if not await tasks.wait(TASKS_END_WITHIN):
+                    tasks.cancel()
+                    await tasks.wait(TASKS_END_WITHIN)
+            finally:
+                # Also when cancelled during the wait: the tasks' on_failure holds
+                # this session (a cycle only the GC would free).
+                self._tasks = None
             self.outbox.release()
         if tasks.failure is not None:
             raise tasks.failure
