@@ -61,6 +61,14 @@ async def team_with_history(node: Gateway, n: int = 3) -> str:
     return team
 
 
+async def subscribe(ws: ClientConnection, team: str, after: str | None = "0:0") -> None:
+    """Subscribe to ``team``'s feed, from its start unless ``after`` is None."""
+    message = {"type": "subscribe", "feed": f"team/{team}"}
+    if after is not None:
+        message["after"] = after
+    await ws.send(json.dumps(message))
+
+
 async def recv_type(ws: ClientConnection, kind: str) -> dict[str, object]:
     """The next frame of type ``kind`` (the history before it is skipped)."""
     with anyio.fail_after(5):
@@ -75,10 +83,10 @@ async def test_a_socket_closed_after_subscribe_and_unsubscribe_is_freed(
 ) -> None:
     team = await team_with_history(node)
     async with open_ws(node) as ws:
-        await ws.send(json.dumps({"type": "subscribe", "feed": f"team/{team}", "after": "0:0"}))
+        await subscribe(ws, team)
         await recv_type(ws, "subscribed")
         await ws.send(json.dumps({"type": "unsubscribe", "feed": f"team/{team}"}))
-        await ws.send(json.dumps({"type": "subscribe", "feed": f"team/{team}"}))
+        await subscribe(ws, team, after=None)
         await recv_type(ws, "subscribed")
         assert left(), "the node holds the open connection"
     await until(lambda: not left(), 5, "the closed connection freed without the collector")
@@ -92,9 +100,7 @@ async def test_a_socket_closed_while_its_subscriptions_join_is_freed(
     for _ in range(5):
         async with open_ws(node) as ws:
             for team in teams:
-                await ws.send(
-                    json.dumps({"type": "subscribe", "feed": f"team/{team}", "after": "0:0"})
-                )
+                await subscribe(ws, team)
     await until(lambda: not left(), 5, "the closed connections freed without the collector")
 
 
@@ -104,7 +110,7 @@ async def test_a_socket_whose_connection_is_lost_is_freed(
     """A reset (no close handshake) cancels the session while it waits."""
     team = await team_with_history(node)
     async with open_ws(node) as ws:
-        await ws.send(json.dumps({"type": "subscribe", "feed": f"team/{team}", "after": "0:0"}))
+        await subscribe(ws, team)
         await recv_type(ws, "subscribed")
         ws.transport.abort()
     await until(lambda: not left(), 5, "the lost connection freed without the collector")
