@@ -1,4 +1,4 @@
-"""A closed WebSocket connection is freed by reference counting alone.
+"""A closed client connection (WebSocket or SSE) is freed by reference counting alone.
 
 With the cycle collector off, whatever a connection leaves in a reference cycle stays in
 the heap for good; a node under a reconnect storm then pays a collection of thousands of
@@ -19,6 +19,7 @@ import pytest
 from websockets.asyncio.client import ClientConnection
 
 from gateway.app import Gateway
+from gateway.fanout.driver import Driver
 from gateway.http.server import HttpConnection
 from gateway.http.websocket import Session, _Entry
 from tests.support import events as ev
@@ -27,7 +28,7 @@ from tests.support.wait import until
 
 pytestmark = pytest.mark.anyio
 
-PER_CONNECTION = (HttpConnection, Session, _Entry)
+PER_CONNECTION = (HttpConnection, Session, _Entry, Driver)
 
 
 @pytest.fixture
@@ -114,3 +115,29 @@ async def test_a_socket_whose_connection_is_lost_is_freed(
         await recv_type(ws, "subscribed")
         ws.transport.abort()
     await until(lambda: not left(), 5, "the lost connection freed without the collector")
+
+
+async def test_an_sse_stream_the_client_closes_is_freed(node: Gateway, no_collector: None) -> None:
+    team = await team_with_history(node)
+    async with httpx.AsyncClient(base_url=node.url, timeout=10) as http:
+        url = f"/v1/teams/{team}/events"
+        async with http.stream("GET", url, headers=auth()) as resp:
+            ids = []
+            async for line in resp.aiter_lines():
+                if line.startswith("id:"):
+                    ids.append(line)
+                if len(ids) == 3:
+                    break
+            assert {type(o) for o in left()} >= {HttpConnection, Driver}, "streaming"
+    await until(lambda: not left(), 5, "the closed stream freed without the collector")
+
+
+async def test_an_sse_stream_the_node_ends_is_freed(node: Gateway, no_collector: None) -> None:
+    """A cursor of another epoch: the node sends ``epoch_restarted`` and ends the stream."""
+    team = await team_with_history(node)
+    async with httpx.AsyncClient(base_url=node.url, timeout=10) as http:
+        url = f"/v1/teams/{team}/events?after=0:0"
+        async with http.stream("GET", url, headers=auth()) as resp:
+            body = await resp.aread()
+    assert b"epoch_restarted" in body
+    await until(lambda: not left(), 5, "the ended stream freed without the collector")
