@@ -21,7 +21,7 @@ from gateway.feed import NewItem, team_feed
 from gateway.store.redis import RedisFeeds
 from gateway.store.redis.connection import RedisConnection
 from gateway.store.redis.lane import Lane
-from gateway.store.redis.resp import pack
+from gateway.store.redis.resp import _pack, pack
 from tests.support.redis_server import RedisServer
 from tests.support.wait import until
 
@@ -62,6 +62,27 @@ def test_pack_is_resp2_and_reads_back() -> None:
     reader = hiredis.Reader()
     reader.feed(packed)
     assert reader.gets() == [b"SET", b"k\r\n", b"42"]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["EVALSHA", "f" * 40, 3, "gw:m", "gw:s", "gw:i", "append", 1000, -1, "", b"\x00\xff"],
+        ["SET", "clé", 2**70],
+        ["ECHO", True, False],  # hiredis refuses bools: packed by hand, as integers
+        [],
+    ],
+)
+def test_pack_gives_the_same_bytes_whoever_packs(args: list[bytes | str | int]) -> None:
+    packed = pack(args)
+    assert packed == _pack(args)
+    reader = hiredis.Reader()
+    reader.feed(packed)
+    expected = [
+        a if isinstance(a, bytes) else str(int(a) if isinstance(a, bool) else a).encode()
+        for a in args
+    ]
+    assert reader.gets() == expected
 
 
 def _blocked(admin: redis.Redis, command: str) -> list[dict[str, object]]:

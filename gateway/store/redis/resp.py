@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 import anyio
 import hiredis
@@ -34,7 +34,18 @@ class Address(Protocol):
 
 
 def pack(args: Sequence[bytes | str | int]) -> bytes:
-    """One command in RESP2: an array of bulk strings."""
+    """One command in RESP2: an array of bulk strings (``str`` as UTF-8, ``int`` in
+    decimal)."""
+    try:
+        # hiredis packs in C: ~1.8 us for an append step's ~20 arguments against ~4.5
+        # in Python, on every publish.
+        # (Its stubs type the argument as a one-item tuple.)
+        return cast(bytes, hiredis.pack_command(cast(Any, tuple(args))))
+    except TypeError:  # a type hiredis does not take (a bool): the same bytes by hand
+        return _pack(args)
+
+
+def _pack(args: Sequence[bytes | str | int]) -> bytes:
     out = [b"*%d\r\n" % len(args)]
     for arg in args:
         if isinstance(arg, bytes):
