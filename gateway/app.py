@@ -19,6 +19,7 @@ from gateway.auth import Authenticator
 from gateway.config import Settings
 from gateway.fanout.foldcache import FoldCache
 from gateway.fanout.hub import Hooks, Hub
+from gateway.http import logcontext
 from gateway.http.connections import Connections, Ticker
 from gateway.http.cors import Cors
 from gateway.http.router import Router
@@ -63,6 +64,7 @@ def configure_logging(
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
+            logcontext.merge,  # a connection's fields (gateway/http/logcontext.py)
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             *tail,

@@ -20,6 +20,7 @@ from gateway.fanout.outbox import Outbox
 from gateway.fanout.policy import Overflows
 from gateway.fanout.subscription import SubState
 from gateway.feed import FeedKey
+from gateway.http import logcontext
 from gateway.http.server import Request, Responder, Stream, connection_id
 from gateway.http.services import Services
 from gateway.wire import sse
@@ -97,7 +98,7 @@ async def _stream(
     registered = _Open(driver)
     services.connections.add(registered)
     # Every log line of this connection's task carries its context.
-    with structlog.contextvars.bound_contextvars(
+    with logcontext.bound(
         conn_id=connection_id(),
         transport=TRANSPORT,
         tenant=principal.tenant,

@@ -45,7 +45,7 @@ from gateway.fanout.outbox import Outbox
 from gateway.fanout.policy import Overflows
 from gateway.fanout.subscription import Subscription
 from gateway.feed import FeedKey
-from gateway.http import ws_handshake
+from gateway.http import logcontext, ws_handshake
 from gateway.http.server import Request, Responder, Stream, connection_id
 from gateway.http.services import Services
 from gateway.http.tasks import OwnedTasks
@@ -551,7 +551,7 @@ async def upgrade(
         metrics.child(metrics.connects, TRANSPORT).inc()
         # The session's own lines carry its context via Session.log(); this binds it
         # for whatever else logs in this task.
-        with structlog.contextvars.bound_contextvars(
+        with logcontext.bound(
             conn_id=session.conn_id, transport=TRANSPORT, tenant=principal.tenant, remote=remote
         ):
             log.info("connection opened")

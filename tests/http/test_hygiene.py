@@ -12,6 +12,7 @@ from httpx_sse import aconnect_sse
 from websockets.asyncio.client import connect
 from websockets.typing import Subprotocol
 
+from gateway.http import logcontext
 from tests.support import events as ev
 from tests.support.node import start_node, token
 from tests.support.wait import until
@@ -23,9 +24,10 @@ async def test_tokens_are_not_logged_or_exported() -> None:
     good = token()
     bad = good[:-4] + "AAAA"  # a forged signature
     ws_token = token(subject="ws-user")
-    # merge_contextvars: what a connection task binds reaches its lines, as in production.
+    # The node's merge processors: what a connection task binds reaches its lines, as in
+    # production.
     with structlog.testing.capture_logs(
-        processors=[structlog.contextvars.merge_contextvars]
+        processors=[structlog.contextvars.merge_contextvars, logcontext.merge]
     ) as logs:
         async with start_node(None) as node, httpx.AsyncClient(base_url=node.url) as client:
             team = ev.team_id()
