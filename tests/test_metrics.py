@@ -127,12 +127,19 @@ async def test_redis_commands_are_timed(redis_url: str, redis_prefix: str) -> No
         httpx.AsyncClient(base_url=node.url, timeout=10) as client,
     ):
         team = ev.team_id()
-        [cursor] = await publish(client, team)
+        # Past the join's first page (read with its state), so that history is also
+        # read on its own (XRANGE).
+        cursors = await publish(client, team, 40)
         async with aconnect_sse(
             client, "GET", f"/v1/teams/{team}/events", headers=auth()
         ) as source:
+            got: list[str] = []
             with anyio.fail_after(5):
-                assert (await anext(source.aiter_sse())).id == cursor
+                async for sse in source.aiter_sse():
+                    got.append(sse.id)
+                    if len(got) == len(cursors):
+                        break
+        assert got == cursors
         assert (await client.get("/readyz")).status_code == 200
         # (Waking the reader is no Redis command: it is in-process.)
         for command in ("append", "state", "xrange", "ping"):

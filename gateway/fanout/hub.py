@@ -27,7 +27,7 @@ from gateway.fanout.subscription import Chunk, Subscription, SubState, end_index
 from gateway.feed import FeedKey, FeedKind, FeedState, StoredItem
 from gateway.metrics import Metrics
 from gateway.resume import Restart, plan, restart_cursor
-from gateway.store.base import Batch, FeedStore, LiveFeed, Positions
+from gateway.store.base import Batch, FeedStore, Joined, LiveFeed, Positions
 from gateway.wire.format import Encoder, Format
 
 log = structlog.get_logger("gateway.hub")
@@ -144,7 +144,7 @@ class Hub:
         #: A live view of every channel's position (no copy per read).
         self._positions = _Positions(self.channels)
         # Joining clients share state reads and history pages (single flight).
-        self._states: SingleFlight[FeedState | None] = SingleFlight()
+        self._joins: SingleFlight[Joined] = SingleFlight()
         self._pages: SingleFlight[list[StoredItem]] = SingleFlight()
         #: Monotonic time of the reader's last completed read (for readiness).
         self.last_progress = 0.0
@@ -168,7 +168,8 @@ class Hub:
         """
         if self.draining:
             raise Unavailable("this node is draining: reconnect to another")
-        state = await self._state(feed)
+        joined = await self._joined(feed, cursor)
+        state = joined.state
         if state is None:
             # Lost, but this node remembers it: an empty new epoch, so that the cursor
             # gets epoch_restarted rather than a bare 404 (contract D9).
@@ -193,13 +194,20 @@ class Hub:
             return sub
         sub = Subscription(feed, fmt, decision.after)
         sub.head = state.head_cursor
+        if joined.state is state and joined.after == decision.after:
+            sub.prefetched = joined.items  # the first catch-up round's page
         outcome = "live" if decision.after.offset == state.head else "replayed"
         self.metrics.child(self.metrics.resumes, outcome).inc()
         await self._register(sub, state)
         return sub
 
-    async def _state(self, feed: FeedKey) -> FeedState | None:
-        return await self._states.do(feed, lambda: self.feeds.state(feed))
+    async def _joined(self, feed: FeedKey, cursor: Cursor | None) -> Joined:
+        """The feed's state with the first history page after ``cursor``, shared by
+        the joins that ask for the same at the same time."""
+        limit = min(self.history_page, FIRST_PAGE)
+        return await self._joins.do(
+            (feed, cursor), functools.partial(self.feeds.joined, feed, cursor, limit)
+        )
 
     async def wait_idle(self) -> None:
         """Return once no subscription is open on this node."""
@@ -270,10 +278,17 @@ class Hub:
                 return
             target = channel.position
             position = sub.position
-            items = await self._pages.do(
-                (feed, position, limit),
-                functools.partial(self.feeds.read, feed, position, limit),
-            )
+            prefetched, sub.prefetched = sub.prefetched, None
+            if prefetched is not None:
+                # Read with the join's state (Hub.open), from this very position.
+                items = prefetched
+                if not items:
+                    continue  # items came since: the next round reads them
+            else:
+                items = await self._pages.do(
+                    (feed, position, limit),
+                    functools.partial(self.feeds.read, feed, position, limit),
+                )
             if not items:
                 if not await self._check_position(sub):
                     return

@@ -28,6 +28,7 @@ import hashlib
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import msgspec
 
@@ -112,6 +113,28 @@ class Batch(msgspec.Struct):
     gone: bool = False
 
 
+class Joined(NamedTuple):
+    """A feed's state and the first history read with it (:meth:`FeedStore.joined`)."""
+
+    state: FeedState | None
+    #: The position ``items`` continue (None: nothing was read).
+    after: Cursor | None
+    items: list[StoredItem]
+
+
+def history_start(state: FeedState | None, after: Cursor | None) -> Cursor | None:
+    """Where a join's history starts in ``state``: after ``after``, or before the first
+    retained item without one; None when ``after`` is of another epoch or past the head
+    (the join restarts or is refused: nothing to read)."""
+    if state is None:
+        return None
+    if after is None:
+        return Cursor(state.epoch, state.first - 1)
+    if after.epoch != state.epoch or after.offset > state.head:
+        return None
+    return after
+
+
 class FeedStore(abc.ABC):
     """Where feeds are kept: append, state, history reads."""
 
@@ -178,6 +201,24 @@ class FeedStore(abc.ABC):
         Returns ``[]`` when there are none, including when the feed has since moved to
         another epoch (the caller re-reads :meth:`state` to find out).
         """
+
+    async def joined(self, feed: FeedKey, after: Cursor | None, limit: int) -> Joined:
+        """:meth:`state`, and up to ``limit`` items from :func:`history_start` read with
+        it: what a join needs first, in one round trip where the store can (Redis: one
+        script call instead of a state check and a history read).
+
+        The items are a :meth:`read` from ``Joined.after`` at the time of the state
+        (a trimmed position gives items that do not continue it, as ``read`` does).
+        Raises what :meth:`state` raises; a read that fails here is left to the
+        catch-up (``Joined.after`` None), where a store failure ends the stream."""
+        state = await self.state(feed)
+        start = history_start(state, after)
+        if start is None:
+            return Joined(state, None, [])
+        try:
+            return Joined(state, start, await self.read(feed, start, limit))
+        except Unavailable:
+            return Joined(state, None, [])
 
     @abc.abstractmethod
     async def offset_of(self, feed: FeedKey, key: str) -> int | None:

@@ -14,8 +14,9 @@ import pytest
 from httpx_sse import aconnect_sse
 
 from gateway.fanout.hub import Hooks
-from gateway.fanout.subscription import Subscription
-from gateway.feed import NewItem
+from gateway.fanout.subscription import Subscription, SubState
+from gateway.feed import NewItem, team_feed
+from gateway.wire.formats import TEAM_SSE
 from gateway.wire.teamitem import team_payload
 from tests.support import events as ev
 from tests.support.node import auth, metric, start_node
@@ -128,3 +129,35 @@ async def test_concurrent_joiners_under_fast_publishing(
         for start, got in results.items():
             assert got == [f"{epoch}:{o}" for o in range(start + 1, total + 1)], start
         assert len(results) == len({(i * 3) % 20 for i in range(clients)})
+
+
+@pytest.mark.parametrize("history", [3, 0], ids=["page", "empty page"])
+async def test_items_after_the_page_read_with_the_state_arrive_once(
+    node_redis: tuple[str | None, str], history: int
+) -> None:
+    """The first page is read with the join's state, before the subscription is
+    registered: items the reader delivers from then on are read after the page."""
+    url, prefix = node_redis
+    async with start_node(url, prefix) as node:
+        feed = team_feed("acme", ev.team_id())
+        feeds = node.backend.feeds
+        first = await feeds.append(feed, [payload() for _ in range(history + 1)], retention=100)
+        after = first.cursors[0]  # the join's cursor: ``history`` items follow it
+        sub = await node.hub.open(feed, after, TEAM_SSE)
+        assert sub.prefetched is not None and len(sub.prefetched) == history
+        later = await feeds.append(feed, [payload(), payload()], retention=100)
+        channel = node.hub.channels[feed]
+        await until(lambda: channel.position >= later.cursors[-1], 5, "the reader taking them")
+        written: list[bytes] = []
+
+        async def write(data: bytes) -> None:
+            written.append(data)
+
+        try:
+            await node.hub.catch_up(sub, write)
+            assert sub.state is SubState.LIVE and sub.position == later.cursors[-1]
+        finally:
+            node.hub.close(sub)
+        ids = [line for line in b"".join(written).split(b"\n") if line.startswith(b"id: ")]
+        expect = first.cursors[1:] + later.cursors
+        assert ids == [b"id: %s" % str(c).encode() for c in expect]

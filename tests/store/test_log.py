@@ -11,7 +11,7 @@ import pytest
 from gateway.cursor import Cursor
 from gateway.errors import HeadMoved, IdempotencyKeyReused
 from gateway.feed import FeedKey, NewItem, team_feed
-from gateway.store.base import Backend, Positions, chain_next
+from gateway.store.base import Backend, Joined, Positions, chain_next
 from gateway.store.redis import redis_backend
 from gateway.store.redis.live import _announced
 from tests.support import events as ev
@@ -148,6 +148,35 @@ async def test_read_pages_within_one_epoch(store: Backend) -> None:
     assert [i.offset for i in page1 + page2 + page3] == [1, 2, 3, 4, 5, 6, 7]
     assert await store.feeds.read(f, Cursor(epoch, 7), 3) == []
     assert await store.feeds.read(f, Cursor(epoch - 1, 0), 3) == []
+
+
+async def test_a_join_reads_its_first_page_with_the_state(store: Backend) -> None:
+    f = feed()
+    assert await store.feeds.joined(f, None, 3) == Joined(None, None, [])
+    r = await store.feeds.append(f, items(7), retention=5)  # retains 3..7
+    epoch = r.state.epoch
+    state = await store.feeds.state(f)
+    assert state is not None and (state.head, state.first) == (7, 3)
+    expect = await store.feeds.read(f, Cursor(epoch, 2), 3)
+
+    def offsets(j: Joined) -> list[int]:
+        return [i.offset for i in j.items]
+
+    # Without a cursor: from the first retained item, as many as asked.
+    j = await store.feeds.joined(f, None, 3)
+    assert (j.state, j.after, j.items) == (state, Cursor(epoch, 2), expect)
+    # After a cursor: what a read from there gives, up to the head.
+    j = await store.feeds.joined(f, Cursor(epoch, 4), 10)
+    assert (j.after, offsets(j)) == (Cursor(epoch, 4), [5, 6, 7])
+    j = await store.feeds.joined(f, Cursor(epoch, 7), 10)
+    assert (j.after, j.items) == (Cursor(epoch, 7), [])
+    # A trimmed cursor reads what a read reads (the join then restarts).
+    j = await store.feeds.joined(f, Cursor(epoch, 1), 2)
+    assert (j.after, offsets(j)) == (Cursor(epoch, 1), [3, 4])
+    # Another epoch, or past the head: the state alone.
+    for after in (Cursor(epoch - 1, 3), Cursor(epoch + 1, 0), Cursor(epoch, 8)):
+        j = await store.feeds.joined(f, after, 10)
+        assert (j.state, j.after, j.items) == (state, None, [])
 
 
 async def test_data_loss_starts_a_larger_epoch(store: Backend) -> None:

@@ -16,7 +16,10 @@
 --       10 the publish command ("PUBLISH", or "SPUBLISH" on a cluster),
 --       11 the head the append expects ("" for any; "<epoch>:<head>", "0:0" for no feed):
 --          elsewhere, a batch with new items returns {"moved"} and writes nothing,
---       then per item (from ARGV[12]): key ("" for none), data, host-opening flag.
+--       then per item (from ARGV[12]): key ("" for none), data, host-opening flag;
+--       in check mode instead, optionally, a history page to read with the state:
+--       ARGV[12] where it starts ("*": the first retained item; "<epoch>:<offset>":
+--       after that offset, if that is the current epoch) and ARGV[13] its item count.
 --
 -- Trust: a feed whose metadata names another writer identity than this call's was
 -- last written on another server (a promoted replica, a move to another server): its
@@ -37,7 +40,8 @@
 -- c (chain after this item), k (idempotency key), t (append time, as above).
 --
 -- Returns {status, epoch, head, first, chain, host, reason, previous epoch, previous
--- head, the known epoch sent (0: none), items lost to the calling node, offsets...} where status is "ok", "reused" (then the 2nd element is the failing
+-- head, the known epoch sent (0: none), items lost to the calling node, offsets... (in
+-- check mode: the page's entries, if one was read)} where status is "ok", "reused" (then the 2nd element is the failing
 -- item index and nothing was written), "moved" (the expected head was not the head;
 -- nothing was written) or "absent" (check mode on a feed that does not
 -- exist; "gone" when it was deleted on purpose); reason is "" or why the feed moved to a new epoch in this call (missing,
@@ -202,7 +206,24 @@ if mode == 'check' or mode == 'recreate' then
   end
   if reason ~= '' then new_epoch() end
   sign()
-  return result('ok', {})
+  local out = result('ok', {})
+  local page = ARGV[12]
+  if mode == 'check' and reason == '' and page and page ~= '' then
+    -- The join's first history page, read with its state (one round trip): appended
+    -- as the 12th element, the entries as XRANGE gives them.
+    local start = nil
+    if page == '*' then
+      start = fmt(epoch) .. '-0'
+    else
+      local pe, po = string.match(page, '^(%d+):(%d+)$')
+      if tonumber(pe) == epoch then start = pe .. '-' .. fmt(tonumber(po) + 1) end
+    end
+    if start then
+      out[#out + 1] = redis.call('XRANGE', S, start, fmt(epoch) .. '-18446744073709551615',
+                                 'COUNT', tonumber(ARGV[13]))
+    end
+  end
+  return out
 end
 
 -- Plan the batch before writing anything, so a rejected batch writes nothing.

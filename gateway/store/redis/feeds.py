@@ -21,7 +21,7 @@ import structlog
 from gateway.cursor import Cursor
 from gateway.errors import HeadMoved, IdempotencyKeyReused, Unavailable
 from gateway.feed import AppendResult, FeedKey, FeedState, NewItem, StoredItem
-from gateway.store.base import Batch, FeedStore, chain_next
+from gateway.store.base import Batch, FeedStore, Joined, chain_next, history_start
 from gateway.store.redis.coalesce import Coalescer
 from gateway.store.redis.connection import RedisConnection, translate
 from gateway.store.redis.resp import pack, refused
@@ -39,6 +39,11 @@ def stored_item(entry_id: bytes, fields: dict[bytes, bytes]) -> StoredItem:
     """A stream entry (id ``<epoch>-<offset>``, fields ``d`` and ``c``) as an item."""
     epoch, _, offset = entry_id.partition(b"-")
     return StoredItem(int(epoch), int(offset), fields[b"d"], fields[b"c"].decode("ascii"))
+
+
+def _fields(flat: list[bytes]) -> dict[bytes, bytes]:
+    """An entry's fields as a script gets them from XRANGE (``[name, value, ...]``)."""
+    return dict(zip(flat[::2], flat[1::2], strict=True))
 
 
 class RedisFeeds(FeedStore):
@@ -102,8 +107,10 @@ class RedisFeeds(FeedStore):
         items: Sequence[NewItem],
         align: int = 0,
         expect: Cursor | None = None,
+        page: tuple[str, int] | None = None,
     ) -> list[Any]:
-        """The append step's ARGV (see ``feed.lua``)."""
+        """The append step's ARGV (see ``feed.lua``); ``page`` (check mode): where the
+        history page read with the state starts, and its item count."""
         known_epoch, known_offset, known_chain = self.known.split(feed)
         args: list[Any] = [
             mode,
@@ -120,6 +127,8 @@ class RedisFeeds(FeedStore):
         ]
         for item in items:
             args += [item.key or "", item.data, "1" if item.host_opening else "0"]
+        if page is not None:
+            args += page
         return args
 
     async def _run(
@@ -130,8 +139,9 @@ class RedisFeeds(FeedStore):
         items: Sequence[NewItem],
         align: int = 0,
         expect: Cursor | None = None,
+        page: tuple[str, int] | None = None,
     ) -> Any:
-        args = self._args(feed, mode, retention, items, align, expect)
+        args = self._args(feed, mode, retention, items, align, expect, page)
         keys = self._script_keys(feed)
         if self.conn.cluster:
             await self.conn.topology()  # learnt once, single-flight (see there)
@@ -367,7 +377,11 @@ class RedisFeeds(FeedStore):
     # -- state and history ---------------------------------------------------------------
 
     async def state(self, feed: FeedKey) -> FeedState | None:
-        reply = await self._run(feed, "check", 1, ())
+        return await self._checked(feed, await self._run(feed, "check", 1, ()))
+
+    async def _checked(self, feed: FeedKey, reply: list[Any]) -> FeedState | None:
+        """The state a check-mode call answered (None: no such feed); a rollback it
+        found and moved the feed on from is told to this node's reader."""
         if reply[0] in (b"absent", b"gone"):
             return None
         state = self._state(reply)
@@ -375,6 +389,24 @@ class RedisFeeds(FeedStore):
             self._rotated(feed, reply)
             await self._rebased(feed, state)
         return state
+
+    async def joined(self, feed: FeedKey, after: Cursor | None, limit: int) -> Joined:
+        # The state check and the first page in one script call: a join's two round
+        # trips through redis-py become one.
+        page = "*" if after is None else f"{after.epoch}:{after.offset}"
+        reply = await self._run(feed, "check", 1, (), page=(page, limit))
+        state = await self._checked(feed, reply)
+        if state is None or reply[6]:  # no feed, or a new epoch (nothing read)
+            return Joined(state, None, [])
+        start = history_start(state, after)
+        if start is None or len(reply) < 12:  # another epoch (not read), past the head
+            return Joined(state, None, [])
+        items = [stored_item(entry_id, _fields(flat)) for entry_id, flat in reply[11]]
+        if items and not self.continues(feed, items):
+            # Not what this node saw (the check passed, so unlikely): the join reads
+            # its history the usual way, which moves the feed on.
+            return Joined(state, None, [])
+        return Joined(state, start, items)
 
     async def recreate(self, feed: FeedKey) -> FeedState | None:
         """A feed this node remembers but whose data was lost, in an empty new epoch
