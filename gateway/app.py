@@ -44,8 +44,9 @@ def configure_logging(
     """Log with structlog to ``stream`` (default stderr): one JSON object per line
     (production), or coloured console lines (``auto``: when the stream is a terminal).
 
-    Lines carry the context bound with ``structlog.contextvars`` in the emitting task
-    (a connection's ``conn_id``, ``transport``, ``tenant``, ``remote``).  ``once``: the
+    Lines carry the context bound in the emitting task: a connection's ``conn_id``,
+    ``transport``, ``tenant`` and ``remote`` (``http/logcontext.py``), and whatever is
+    bound with ``structlog.contextvars``.  ``once``: the
     process configures logging this once (``gateway serve``), so each module's logger
     is built on first use and kept; otherwise (tests configure again and again) it is
     built on every call, about 1.5% of a WebSocket reconnect's CPU.
