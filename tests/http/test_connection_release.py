@@ -9,6 +9,7 @@ until none of the node's per-connection objects is left.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 from collections.abc import AsyncIterator, Iterator
@@ -117,27 +118,33 @@ async def test_a_socket_whose_connection_is_lost_is_freed(
     await until(lambda: not left(), 5, "the lost connection freed without the collector")
 
 
+@contextlib.asynccontextmanager
+async def team_stream(node: Gateway, team: str, query: str = "") -> AsyncIterator[httpx.Response]:
+    """An SSE stream of ``team``'s feed (``query``: the request's query string)."""
+    async with (
+        httpx.AsyncClient(base_url=node.url, timeout=10) as http,
+        http.stream("GET", f"/v1/teams/{team}/events{query}", headers=auth()) as resp,
+    ):
+        yield resp
+
+
 async def test_an_sse_stream_the_client_closes_is_freed(node: Gateway, no_collector: None) -> None:
     team = await team_with_history(node)
-    async with httpx.AsyncClient(base_url=node.url, timeout=10) as http:
-        url = f"/v1/teams/{team}/events"
-        async with http.stream("GET", url, headers=auth()) as resp:
-            ids = []
-            async for line in resp.aiter_lines():
-                if line.startswith("id:"):
-                    ids.append(line)
-                if len(ids) == 3:
-                    break
-            assert {type(o) for o in left()} >= {HttpConnection, Driver}, "streaming"
+    async with team_stream(node, team) as resp:
+        ids = []
+        async for line in resp.aiter_lines():
+            if line.startswith("id:"):
+                ids.append(line)
+            if len(ids) == 3:
+                break
+        assert {type(o) for o in left()} >= {HttpConnection, Driver}, "streaming"
     await until(lambda: not left(), 5, "the closed stream freed without the collector")
 
 
 async def test_an_sse_stream_the_node_ends_is_freed(node: Gateway, no_collector: None) -> None:
     """A cursor of another epoch: the node sends ``epoch_restarted`` and ends the stream."""
     team = await team_with_history(node)
-    async with httpx.AsyncClient(base_url=node.url, timeout=10) as http:
-        url = f"/v1/teams/{team}/events?after=0:0"
-        async with http.stream("GET", url, headers=auth()) as resp:
-            body = await resp.aread()
+    async with team_stream(node, team, "?after=0:0") as resp:
+        body = await resp.aread()
     assert b"epoch_restarted" in body
     await until(lambda: not left(), 5, "the ended stream freed without the collector")
