@@ -195,7 +195,7 @@ class Hub:
         sub = Subscription(feed, fmt, decision.after)
         sub.head = state.head_cursor
         if joined.state is state and joined.after == decision.after:
-            sub.prefetched = joined.items  # the first catch-up round's page
+            sub.prefetched = (decision.after, joined.items)  # for the first catch-up round
         outcome = "live" if decision.after.offset == state.head else "replayed"
         self.metrics.child(self.metrics.resumes, outcome).inc()
         await self._register(sub, state)
@@ -266,6 +266,10 @@ class Hub:
         # small, later ones hold about PAGE_BYTES of the items seen so far.
         limit = min(self.history_page, FIRST_PAGE)
         for _ in range(MAX_CATCHUP_ROUNDS):
+            # The page read with the join's state serves the first round or none: a
+            # subscription that goes live at once must not find it in a later catch-up
+            # (an overflow's), where it would no longer continue the position.
+            prefetched, sub.prefetched = sub.prefetched, None
             if sub.state is not SubState.CATCHING_UP:  # closed (drain) or restarted
                 return
             channel = self.channels.get(feed)
@@ -278,10 +282,9 @@ class Hub:
                 return
             target = channel.position
             position = sub.position
-            prefetched, sub.prefetched = sub.prefetched, None
-            if prefetched is not None:
+            if prefetched is not None and prefetched[0] == position:
                 # Read with the join's state (Hub.open), from this very position.
-                items = prefetched
+                items = prefetched[1]
                 if not items:
                     continue  # items came since: the next round reads them
             else:

@@ -105,9 +105,9 @@ class Subscription:
         #: A stateful format's encoder at :attr:`position` while this subscription
         #: catches up; the hub takes it over when the subscription goes live.
         self.encoder: Encoder | None = None
-        #: History after :attr:`position` read with the join's state, for the first
-        #: catch-up round (None: read it then).
-        self.prefetched: list[StoredItem] | None = None
+        #: History read with the join's state: the position it continues and its
+        #: items, for the first catch-up round only (None: read it then).
+        self.prefetched: tuple[Cursor, list[StoredItem]] | None = None
 
     def offer(self, chunk: Chunk) -> bool:
         """Write the frames of the chunk's items after :attr:`position` at once.

@@ -144,7 +144,7 @@ async def test_items_after_the_page_read_with_the_state_arrive_once(
         first = await feeds.append(feed, [payload() for _ in range(history + 1)], retention=100)
         after = first.cursors[0]  # the join's cursor: ``history`` items follow it
         sub = await node.hub.open(feed, after, TEAM_SSE)
-        assert sub.prefetched is not None and len(sub.prefetched) == history
+        assert sub.prefetched is not None and len(sub.prefetched[1]) == history
         later = await feeds.append(feed, [payload(), payload()], retention=100)
         channel = node.hub.channels[feed]
         await until(lambda: channel.position >= later.cursors[-1], 5, "the reader taking them")
