@@ -251,7 +251,20 @@ async def test_console_follows_a_team_and_a_run_across_a_node_restart(
     assert json.loads(shown["state"])["task"]
     assert width <= 360, f"the page is {width} px wide at a 360 px viewport"
     assert light != dark
-    assert errors_of(page) == []
+    # While the node is down the browser may try to reconnect before the new one listens;
+    # Chromium logs that refused attempt as a console error whatever the page does, so it
+    # is the one error allowed here (and only against this node's WebSocket route).
+    refused = f"WebSocket connection to 'ws://127.0.0.1:{port}/v1/ws' failed: "
+    unexpected = [
+        m
+        for m in errors_of(page)
+        if not (
+            m["kind"] == "console"
+            and m["text"].startswith(refused)
+            and m["text"].endswith("net::ERR_CONNECTION_REFUSED")
+        )
+    ]
+    assert unexpected == []
     for name in ("1-watching", "2-resumed", "3-phone", "4-dark"):
         assert (artefacts / f"{name}.png").stat().st_size > 0
 
