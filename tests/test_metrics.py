@@ -13,7 +13,7 @@ import anyio
 import httpx
 import pytest
 from httpx_sse import aconnect_sse
-from prometheus_client import generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from websockets.asyncio.client import ClientConnection
 
@@ -21,7 +21,15 @@ from gateway import __version__
 from gateway.app import Gateway
 from gateway.fanout.subscription import SubState
 from gateway.feed import team_feed
-from gateway.metrics import DISCONNECT_REASONS, LoopHistogram, Metrics
+from gateway.loopmetrics import (
+    MAX_SERIES,
+    OVERFLOW,
+    LoopCollector,
+    LoopCounter,
+    LoopGauge,
+    LoopHistogram,
+)
+from gateway.metrics import DISCONNECT_REASONS, Metrics
 from tests.support import events as ev
 from tests.support.node import auth, metric, open_ws, start_node, token
 from tests.support.wait import until
@@ -232,18 +240,77 @@ def test_loop_histogram_buckets_are_cumulative_and_inclusive() -> None:
     assert samples[("h_seconds_sum", None)] == pytest.approx(8.65)
 
 
-def test_remembered_children_count_in_the_registry_and_stay_bounded() -> None:
+def test_series_are_remembered_and_counted_in_the_registry() -> None:
     m = Metrics()
     first = m.child(m.published, "team", "http")
-    assert m.child(m.published, "team", "http") is first  # remembered
+    assert m.child(m.published, "team", "http") is first  # one series, made once
+    assert m.published.labels(kind="team", path="http") is first  # by name as well
     first.inc(2)
     m.child(m.published, "team", "http").inc()
     m.child(m.http_requests, "publish_team", "200").inc()
+    m.child(m.connections, "ws").inc()
+    m.child(m.connections, "ws").inc()
+    m.child(m.connections, "ws").dec()
+    m.child(m.redis_command_seconds, "append").observe(0.002)
+    m.redis_errors.inc()
     text = generate_latest(m.registry).decode()
     assert 'gateway_published_items_total{kind="team",path="http"} 3.0' in text
     assert 'gateway_http_requests_total{route="publish_team",status="200"} 1.0' in text
-    for n in range(Metrics.MAX_CHILDREN + 10):
-        m.child(m.http_requests, "r", str(n))
-    assert len(m._children) <= Metrics.MAX_CHILDREN
-    m.child(m.published, "team", "http").inc()  # a forgotten child is the same series
-    assert 'path="http"} 4.0' in generate_latest(m.registry).decode()
+    assert 'gateway_connections{transport="ws"} 1.0' in text
+    assert 'gateway_redis_command_seconds_bucket{command="append",le="0.0025"} 1.0' in text
+    assert 'gateway_redis_command_seconds_bucket{command="append",le="0.001"} 0.0' in text
+    assert 'gateway_redis_command_seconds_count{command="append"} 1.0' in text
+    assert "gateway_redis_errors_total 1.0" in text
+    assert "gateway_replay_items_count 0.0" in text  # unlabelled: there from the start
+
+
+def test_loop_metrics_expose_what_prometheus_client_does() -> None:
+    """The same samples as prometheus_client's own counter, gauge and histogram (its
+    ``_created`` series aside)."""
+    ours, theirs = CollectorRegistry(), CollectorRegistry()
+    lc = LoopCounter("x_total", "help", ["a", "b"])
+    lg = LoopGauge("y", "help", ["a"])
+    lh = LoopHistogram("z_seconds", "help", (0.1, 1.0), ["a"])
+    ours.register(LoopCollector([lc, lg, lh], {}))
+    pc = Counter("x_total", "help", ["a", "b"], registry=theirs)
+    pg = Gauge("y", "help", ["a"], registry=theirs)
+    ph = Histogram("z_seconds", "help", ["a"], buckets=(0.1, 1.0), registry=theirs)
+    lc.labels("1", "2").inc(3)
+    pc.labels("1", "2").inc(3)
+    lc.labels(a="1", b="3").inc()
+    pc.labels(a="1", b="3").inc()
+    for gauge in (lg, pg):
+        gauge.labels("1").inc(5)
+        gauge.labels("1").dec(2)
+        gauge.labels("2").set(7)
+    for value in (0.05, 0.1, 0.5, 7.0):
+        lh.labels("q").observe(value)
+        ph.labels("q").observe(value)
+
+    def samples(registry: CollectorRegistry) -> set[tuple[str, str, float]]:
+        return {
+            (s.name, repr(sorted(s.labels.items())), s.value)
+            for family in registry.collect()
+            for s in family.samples
+            if not s.name.endswith("_created")
+        }
+
+    assert samples(ours) == samples(theirs)
+    assert len(samples(ours)) == 2 + 2 + 5  # counters, gauges, 3 buckets, count, sum
+
+
+def test_loop_metric_labels_are_checked_and_their_series_bounded() -> None:
+    counter = LoopCounter("x_total", "help", ["a"])
+    with pytest.raises(ValueError):
+        counter.labels("1", "2")
+    with pytest.raises(ValueError):
+        counter.labels(b="1")
+    with pytest.raises(ValueError):
+        counter.labels()
+    for n in range(MAX_SERIES + 10):
+        counter.labels(str(n)).inc()
+    family = counter.family()
+    assert len(family.samples) == MAX_SERIES + 1  # the bound, and the overflow series
+    overflow = [s for s in family.samples if s.labels == {"a": OVERFLOW}]
+    assert overflow and overflow[0].value == 10
+    assert counter.labels("3").value == 1  # a kept series is still itself
