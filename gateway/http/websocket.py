@@ -306,10 +306,14 @@ class Session:
             return
         entry.driver = driver
         driver.attach(self.outbox)
-        self._send(ws.subscribed(name, sub.head))
-        await self._drive(entry)
+        # `subscribed` goes out with the first bytes the driver writes (the prelude, the
+        # join's page): one syscall where it was two.  Framed here, not by the protocol,
+        # which keeps no state for the frames the server sends.
+        opened = self.protocol.state is State.OPEN
+        lead = ws.frame(ws.subscribed(name, sub.head)) if opened else b""
+        await self._drive(entry, lead)
 
-    async def _drive(self, entry: _Entry) -> None:
+    async def _drive(self, entry: _Entry, lead: bytes = b"") -> None:
         """Let the driver act until the subscription is live again or has ended.
 
         Runs as the entry's task.  A live subscription keeps no task: the hub's state
@@ -318,7 +322,7 @@ class Session:
         driver = entry.driver
         assert driver is not None and driver.sub is not None
         try:
-            reason = await driver.advance(self.stream)
+            reason = await driver.advance(self.stream, lead)
         except BaseException:
             if entry.ended:
                 raise  # unsubscribed or closing: whoever ended it cleaned up

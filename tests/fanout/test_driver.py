@@ -72,11 +72,13 @@ class Sink:
     def __init__(self) -> None:
         self.written = bytearray()
         self.writes = 0
+        self.chunks: list[bytes] = []
         self.paused = False
 
     def write_nowait(self, data: bytes) -> None:
         self.writes += 1
         self.written += data
+        self.chunks.append(data)
 
     async def drain(self) -> None:
         self.paused = False
@@ -183,6 +185,63 @@ async def test_an_older_epoch_gets_the_restart_frame_and_ends(node: Node) -> Non
     driver, sink, _ = await open_live(node, feed, Cursor(items[0].epoch - 5, 9), TEAM_WS)
     assert await driver.advance(sink) is EndReason.RESET
     assert bytes(sink.written) == TEAM_WS.restart(feed, Cursor(items[0].epoch, 0))
+    driver.close()
+
+
+# -- the lead (WebSocket's subscribed frame) --------------------------------------------
+
+
+async def test_the_lead_goes_out_in_one_write_with_the_join_page(node: Node) -> None:
+    feed = team_feed("acme", ev.team_id())
+    old = await node.items(feed, 10)
+    driver, sink, _ = await open_live(node, feed, Cursor(old[0].epoch, 3), TEAM_WS)
+    assert driver.sub is not None and driver.sub.prefetched is not None  # read with the join
+    assert await driver.advance(sink, b"LEAD") is None
+    assert bytes(sink.written) == b"LEAD" + frames(TEAM_WS, feed, old[3:])
+    first = sink.chunks[0]
+    assert first.startswith(b"LEAD" + TEAM_WS.frame(feed, old[3])), "one write, not two"
+    assert sink.chunks.count(b"LEAD") == 0
+    driver.close()
+
+
+async def test_the_lead_goes_alone_when_there_is_nothing_to_send_with_it(node: Node) -> None:
+    feed = team_feed("acme", ev.team_id())
+    old = await node.items(feed, 3)
+    driver, sink, _ = await open_live(node, feed, old[-1].cursor, TEAM_WS)  # at the head
+    assert await driver.advance(sink, b"LEAD") is None
+    assert sink.chunks == [b"LEAD"]
+    assert await driver.advance(sink) is None  # written once, not again
+    assert sink.chunks == [b"LEAD"]
+    driver.close()
+
+
+async def test_the_lead_is_written_before_the_store_is_asked(node: Node) -> None:
+    """Without the join's page at hand the lead does not wait for a store read."""
+    feed = team_feed("acme", ev.team_id())
+    old = await node.items(feed, 6)
+    driver, sink, _ = await open_live(node, feed, Cursor(old[0].epoch, 1), TEAM_WS)
+    assert driver.sub is not None
+    driver.sub.prefetched = None  # as if the join's page were gone
+    asked: list[int] = []
+    read = node.store.read
+
+    async def counting_read(*args: object, **kwargs: object) -> list[StoredItem]:
+        asked.append(len(sink.chunks))
+        return await read(*args, **kwargs)  # type: ignore[arg-type]
+
+    node.store.read = counting_read  # type: ignore[method-assign]
+    assert await driver.advance(sink, b"LEAD") is None
+    assert sink.chunks[0] == b"LEAD" and asked and asked[0] == 1
+    assert bytes(sink.written) == b"LEAD" + frames(TEAM_WS, feed, old[1:])
+    driver.close()
+
+
+async def test_the_lead_comes_before_the_restart_frame(node: Node) -> None:
+    feed = team_feed("acme", ev.team_id())
+    items = await node.items(feed, 2)
+    driver, sink, _ = await open_live(node, feed, Cursor(items[0].epoch - 5, 9), TEAM_WS)
+    assert await driver.advance(sink, b"LEAD") is EndReason.RESET
+    assert sink.chunks == [b"LEAD" + TEAM_WS.restart(feed, Cursor(items[0].epoch, 0))]
     driver.close()
 
 
