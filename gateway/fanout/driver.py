@@ -57,8 +57,10 @@ class EndReason(enum.StrEnum):
 class Sink(Protocol):
     """What a transport gives the driver for one subscription's connection."""
 
-    def write_nowait(self, data: bytes) -> None:
-        """Hand ``data`` (not empty) to the connection; BrokenResourceError once closed."""
+    def write_nowait(self, data: bytes, lead: bytes = b"") -> None:
+        """Hand ``lead`` (bytes outside the body's framing: a response head, a frame
+        already framed) and then ``data`` (the body's bytes, framed by the sink) to the
+        connection in one write; BrokenResourceError once closed.  Not both empty."""
         ...
 
     @property
@@ -189,10 +191,9 @@ class Driver:
         then is a cancel scope entered (about 11 us each on the project's VM, a few
         per reconnect).
         """
-        if self._lead:
-            data, self._lead = self._lead + data, b""
-        if data:
-            sink.write_nowait(data)
+        lead, self._lead = self._lead, b""
+        if data or lead:
+            sink.write_nowait(data, lead)
         if sink.paused:
             with anyio.fail_after(self.write_timeout):
                 await sink.drain()
@@ -203,7 +204,8 @@ class Driver:
         Writes the prelude first, catches up from the store (history pages), sends the
         restart frame, applies the slow-consumer policy after an overflow.
 
-        ``lead`` (bytes in the sink's own framing: WebSocket's ``subscribed`` frame) is
+        ``lead`` (bytes outside the body's framing: WebSocket's ``subscribed`` frame, an
+        SSE response's head) is
         written first, in one write with the first bytes of this call when they are at
         hand in the same step (the prelude, the page read with the join), else alone
         before the first wait for anything but the socket.  One syscall fewer per
@@ -224,7 +226,7 @@ class Driver:
         lead, self._lead = self._lead, b""
         if lead:
             with contextlib.suppress(anyio.BrokenResourceError):
-                sink.write_nowait(lead)
+                sink.write_nowait(b"", lead)
 
     async def _advance(self, sink: Sink) -> EndReason | None:
         sub = self.sub
@@ -278,20 +280,27 @@ class Driver:
         return EndReason.SLOW
 
     async def follow(
-        self, sink: Sink, *, keepalive: float, expires_at: float, idle: Callable[[], object]
+        self,
+        sink: Sink,
+        *,
+        keepalive: float,
+        expires_at: float,
+        idle: Callable[[], object],
+        lead: bytes = b"",
     ) -> EndReason:
         """Serve the subscription to its end on a transport that keeps a task for it.
 
         While live, waits for the hub's state changes; on ``keepalive`` seconds of
         silence calls ``idle`` (the transport's keepalive).  Ends with ``AUTH`` when the
         token expires (``expires_at``, wall clock): the client reconnects with a fresh
-        token and its cursor.
+        token and its cursor.  ``lead`` goes first, as :meth:`advance` says.
         """
         sub = self.sub
         assert sub is not None and sub.outbox is not None
         outbox = sub.outbox
         while True:
-            reason = await self.advance(sink)
+            reason = await self.advance(sink, lead)
+            lead = b""
             if reason is not None:
                 return reason
             left = expires_at - time.time()

@@ -116,9 +116,19 @@ def body_writer(transport: asyncio.Transport, chunked: bool) -> Callable[[bytes]
 class Stream:
     """A response body of unknown length (SSE).  Write, then :meth:`end`."""
 
-    def __init__(self, conn: HttpConnection, chunked: bool) -> None:
+    def __init__(self, conn: HttpConnection, chunked: bool, head: bytes = b"") -> None:
         self._conn = conn
         self._chunked = chunked
+        #: The response head, when the caller chose to write it with its first bytes
+        #: (:meth:`take_head`); written by :meth:`end` if nobody took it.
+        self._head = head
+
+    def take_head(self) -> bytes:
+        """The response head not yet written (``Responder.stream(hold_head=True)``):
+        the caller writes it, as the ``lead`` of its first :meth:`write_nowait`, before
+        anything else goes to this connection."""
+        head, self._head = self._head, b""
+        return head
 
     async def write(self, data: bytes) -> None:
         """Write and wait until the transport accepts more (flow control)."""
@@ -136,11 +146,20 @@ class Stream:
         """Wait until the transport accepts more (BrokenResourceError once lost)."""
         await self._conn.drain()
 
-    def write_nowait(self, data: bytes) -> None:
+    def write_nowait(self, data: bytes, lead: bytes = b"") -> None:
+        """Write ``data`` in the body's framing, after ``lead`` (bytes outside it: a
+        response head, a frame already framed), in one write."""
         transport = self._conn.transport
         if transport is None or transport.is_closing():
             raise anyio.BrokenResourceError
-        body_writer(transport, self._chunked)(data)
+        if not lead:
+            body_writer(transport, self._chunked)(data)
+        elif not data:
+            transport.write(lead)
+        elif self._chunked:
+            transport.writelines((lead, b"%x\r\n" % len(data), data, b"\r\n"))
+        else:
+            transport.write(lead + data)
 
     def raw_writer(self) -> Callable[[bytes], None]:
         """The unchecked write of this body's framing, for the fan-out's hot path."""
@@ -168,8 +187,11 @@ class Stream:
     def end(self) -> None:
         conn = self._conn
         if conn.transport is not None and not conn.transport.is_closing():
+            head, self._head = self._head, b""
             if self._chunked:
-                conn.transport.write(b"0\r\n\r\n")
+                conn.transport.write(head + b"0\r\n\r\n")
+            elif head:
+                conn.transport.write(head)
             conn.transport.close()
 
     @property
@@ -244,13 +266,18 @@ class Responder:
         self.status = 101
         return self._conn.take_over(on_data, on_eof)
 
-    def stream(self, status: int, headers: list[tuple[bytes, bytes]]) -> Stream:
+    def stream(
+        self, status: int, headers: list[tuple[bytes, bytes]], *, hold_head: bool = False
+    ) -> Stream:
+        """Start a streamed answer.  With ``hold_head`` the head is not written yet: the
+        caller takes it (:meth:`Stream.take_head`) to send with the body's first bytes,
+        one write where there were two."""
         if self.started:
             raise RuntimeError("response already started")
         self._require_scope()
         self.started = True
         self.status = status
-        return self._conn.start_stream(status, headers, self._request.http11)
+        return self._conn.start_stream(status, headers, self._request.http11, hold_head)
 
 
 class HttpConnection(asyncio.Protocol):
@@ -472,7 +499,13 @@ class HttpConnection(asyncio.Protocol):
         head = response_head(status, headers, close=not self._keep_alive)
         self.transport.write(head + body if body else head)
 
-    def start_stream(self, status: int, headers: list[tuple[bytes, bytes]], http11: bool) -> Stream:
+    def start_stream(
+        self,
+        status: int,
+        headers: list[tuple[bytes, bytes]],
+        http11: bool,
+        hold_head: bool = False,
+    ) -> Stream:
         self._streaming = True
         if self.transport is None:
             raise anyio.BrokenResourceError
@@ -484,11 +517,13 @@ class HttpConnection(asyncio.Protocol):
         # told "keep-alive" would pool the socket and could send its next request into
         # the close (undici's "fetch failed" when the FIN arrives just after the last
         # chunk).
-        self.transport.write(response_head(status, all_headers, close=True))
+        head = response_head(status, all_headers, close=True)
+        if not hold_head:
+            self.transport.write(head)
         # Read again (and discard): a client that goes away is noticed at once.
         self._paused = False
         self.transport.resume_reading()
-        return Stream(self, chunked)
+        return Stream(self, chunked, head if hold_head else b"")
 
     def take_over(
         self, on_data: Callable[[bytes], None], on_eof: Callable[[], None]

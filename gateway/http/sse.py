@@ -92,7 +92,12 @@ async def _stream(
     sub = driver.sub
     assert sub is not None
     settings, metrics = services.settings, services.metrics
-    stream: Stream = responder.stream(200, sub.fmt.headers + services.cors.headers(request))
+    # The head goes out with the stream's first bytes (the prelude, the join's page,
+    # or alone before the first wait): see Driver.advance's lead.
+    stream: Stream = responder.stream(
+        200, sub.fmt.headers + services.cors.headers(request), hold_head=True
+    )
+    head = stream.take_head()
     outbox = Outbox(stream, settings.max_queue_bytes, services.hub.budget)
     driver.attach(outbox)
     registered = _Open(driver)
@@ -117,6 +122,7 @@ async def _stream(
                 # Through the outbox, so a keepalive never passes the bound; when it is
                 # refused the client has unread data anyway.
                 idle=lambda: outbox.try_write(sse.KEEPALIVE),
+                lead=head,
             )
             if reason is EndReason.ERROR and driver.error is not None and sub.fmt.error:
                 # In band, once the stream has started (seed rule 8); never waits: a

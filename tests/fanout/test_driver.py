@@ -75,25 +75,25 @@ class Sink:
         self.chunks: list[bytes] = []
         self.paused = False
 
-    def write_nowait(self, data: bytes) -> None:
+    def write_nowait(self, data: bytes, lead: bytes = b"") -> None:
         self.writes += 1
-        self.written += data
-        self.chunks.append(data)
+        self.written += lead + data
+        self.chunks.append(lead + data)
 
     async def drain(self) -> None:
         self.paused = False
 
 
 class BrokenSink(Sink):
-    def write_nowait(self, data: bytes) -> None:
+    def write_nowait(self, data: bytes, lead: bytes = b"") -> None:
         raise anyio.BrokenResourceError
 
 
 class StuckSink(Sink):
     """A client that stopped reading: the connection stays full."""
 
-    def write_nowait(self, data: bytes) -> None:
-        super().write_nowait(data)
+    def write_nowait(self, data: bytes, lead: bytes = b"") -> None:
+        super().write_nowait(data, lead)
         self.paused = True
 
     async def drain(self) -> None:
@@ -363,8 +363,8 @@ class FullSink(Sink):
         super().__init__()
         self.drains = 0
 
-    def write_nowait(self, data: bytes) -> None:
-        super().write_nowait(data)
+    def write_nowait(self, data: bytes, lead: bytes = b"") -> None:
+        super().write_nowait(data, lead)
         self.paused = True
 
     async def drain(self) -> None:
