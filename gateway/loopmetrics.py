@@ -126,6 +126,9 @@ class LoopFamily(Generic[S]):
 
 
 class _Scalar(LoopFamily[LoopValue]):
+    #: The exposition's family type (a counter's or a gauge's).
+    _kind: type[CounterMetricFamily] | type[GaugeMetricFamily]
+
     def _new(self) -> LoopValue:
         return LoopValue()
 
@@ -141,37 +144,32 @@ class _Scalar(LoopFamily[LoopValue]):
     def inc(self, amount: float = 1) -> None:
         self._series[()].value += amount
 
-
-class LoopCounter(_Scalar):
-    """A counter (``name`` ends in ``_total``)."""
-
     def family(self) -> Metric:
-        family = CounterMetricFamily(self.name, self.doc, labels=self.labelnames)
+        family = self._kind(self.name, self.doc, labels=self.labelnames)
         for values, series in self._items():
             family.add_metric(values, series.value)
         return family
 
     def empty(self) -> Metric:
-        return CounterMetricFamily(self.name, "", labels=self.labelnames)
+        return self._kind(self.name, "", labels=self.labelnames)
+
+
+class LoopCounter(_Scalar):
+    """A counter (``name`` ends in ``_total``)."""
+
+    _kind = CounterMetricFamily
 
 
 class LoopGauge(_Scalar):
     """A gauge."""
+
+    _kind = GaugeMetricFamily
 
     def dec(self, amount: float = 1) -> None:
         self._series[()].value -= amount
 
     def set(self, value: float) -> None:
         self._series[()].value = value
-
-    def family(self) -> Metric:
-        family = GaugeMetricFamily(self.name, self.doc, labels=self.labelnames)
-        for values, series in self._items():
-            family.add_metric(values, series.value)
-        return family
-
-    def empty(self) -> Metric:
-        return GaugeMetricFamily(self.name, "", labels=self.labelnames)
 
 
 class LoopHistogram(LoopFamily[Bins]):
