@@ -6,6 +6,7 @@
     flock /tmp/bench.lock uv run python bench/conns.py churn            # 1,000 steady + 200
     flock /tmp/bench.lock uv run python bench/conns.py churn --churners 200 --duration 8
     flock /tmp/bench.lock uv run python bench/conns.py churn --alone --duration 25
+    flock /tmp/bench.lock uv run python bench/conns.py churn --alone --transport sse
 
 ``idle``: starts ``bench/run.py``'s stack (Redis on CPU 1, ``gateway serve`` on CPU 0,
 authentication and metrics on), creates the feeds, opens ``-n`` WebSocket
@@ -17,7 +18,9 @@ they are part of the figure.
 ``churn``: runs fanbench's ``ws-1k-max`` shape (1,000 subscribers on one feed, as fast
 as they keep up) twice on fresh stacks, without and with ``--churners`` clients that
 reconnect in a loop to the same feed (open, upgrade with the bearer subprotocol,
-``subscribe``, wait for ``subscribed``, close handshake, again).  Reports deliveries
+``subscribe``, wait for ``subscribed``, close handshake, again; with ``--transport sse``
+and ``--alone``: ``GET`` the team feed with a bearer token, wait for the ``200`` head,
+drop the connection, again).  Reports deliveries
 per server CPU-second for both, the reconnect rate, and the gateway CPU per reconnect
 two ways: the extra CPU of the churn run over what its deliveries cost at the
 no-churn rate, and a third run with the churners alone (no fanbench, nothing
@@ -125,13 +128,62 @@ class WSConn(asyncio.Protocol):
             self.lost.set_result(None)
 
 
-async def open_conn(ns: argparse.Namespace, feed: str, counts: Counts) -> WSConn:
+class SSEConn(asyncio.Protocol):
+    """An SSE subscriber of a team feed on a raw socket: ``GET`` with a bearer token;
+    the ``200`` head is its "subscribed" (what follows is read and dropped); closing
+    drops the connection, as a browser's ``EventSource.close()`` does."""
+
+    def __init__(self, port: int, token: str, feed: str, counts: Counts) -> None:
+        team = feed.split("/", 1)[1]
+        self.request = (
+            f"GET /v1/teams/{team}/events HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+            f"Authorization: Bearer {token}\r\nAccept: text/event-stream\r\n\r\n"
+        ).encode()
+        self.counts = counts
+        self.head = b""
+        loop = asyncio.get_running_loop()
+        self.subscribed = loop.create_future()
+        self.lost = loop.create_future()
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        self.transport.write(self.request)
+
+    def data_received(self, data: bytes) -> None:
+        if self.subscribed.done():
+            return
+        self.head += data
+        if b"\r\n\r\n" in self.head:
+            status = self.head.split(b" ", 2)[1]
+            if status == b"200":
+                self.subscribed.set_result(None)
+            else:
+                self.subscribed.set_exception(ConnectionError(f"HTTP {status.decode()}"))
+        elif len(self.head) > 65536:
+            self.subscribed.set_exception(ConnectionError("no end of the response head"))
+
+    def close(self) -> None:
+        assert self.transport is not None
+        self.transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.subscribed.done():
+            self.subscribed.set_exception(ConnectionError("closed before the head"))
+        if not self.lost.done():
+            self.lost.set_result(None)
+
+
+async def open_conn(ns: argparse.Namespace, feed: str, counts: Counts) -> WSConn | SSEConn:
     loop = asyncio.get_running_loop()
-    port = parse_uri(ns.url).port
-    _, conn = await asyncio.wait_for(
-        loop.create_connection(lambda: WSConn(ns.url, ns.token, feed, counts), "127.0.0.1", port),
-        10,
-    )
+    port = parse_uri(ns.url.replace("http://", "ws://", 1)).port
+
+    def make() -> WSConn | SSEConn:
+        if ns.url.startswith("http://"):
+            return SSEConn(port, ns.token, feed, counts)
+        return WSConn(ns.url, ns.token, feed, counts)
+
+    _, conn = await asyncio.wait_for(loop.create_connection(make, "127.0.0.1", port), 10)
     await asyncio.wait_for(conn.subscribed, 10)
     return conn
 
@@ -146,7 +198,7 @@ async def client(ns: argparse.Namespace) -> dict[str, object]:
     if ns.mode == "hold":
         sem = asyncio.Semaphore(100)
 
-        async def one(feed: str) -> WSConn | None:
+        async def one(feed: str) -> WSConn | SSEConn | None:
             async with sem:
                 try:
                     conn = await open_conn(ns, feed, counts)
@@ -209,7 +261,14 @@ async def client(ns: argparse.Namespace) -> dict[str, object]:
 class Worker:
     """A ``client`` process on CPU 1; :meth:`stop` ends it and returns its counts."""
 
-    def __init__(self, stack: gw.Stack, mode: str, n: int, channels: int) -> None:
+    def __init__(
+        self, stack: gw.Stack, mode: str, n: int, channels: int, transport: str = "ws"
+    ) -> None:
+        url = (
+            f"ws://127.0.0.1:{stack.gw_port}/v1/ws"
+            if transport == "ws"
+            else f"http://127.0.0.1:{stack.gw_port}"
+        )
         args = [
             "taskset",
             "-c",
@@ -220,7 +279,7 @@ class Worker:
             "--mode",
             mode,
             "--url",
-            f"ws://127.0.0.1:{stack.gw_port}/v1/ws",
+            url,
             "--token",
             gw.token(),
             "-n",
@@ -283,13 +342,15 @@ def idle(ns: argparse.Namespace) -> int:
     return 0
 
 
-def churn_alone(churners: int, duration: float) -> tuple[dict[str, object], float, float]:
+def churn_alone(
+    churners: int, duration: float, transport: str = "ws"
+) -> tuple[dict[str, object], float, float]:
     """The churners alone on a fresh stack (nothing published, no steady subscribers):
     their counts, the gateway CPU-s and the wall seconds of the window."""
     stack, workdir = new_stack("churn-alone")
     try:
         anyio.run(gw.create_feeds, stack.redis_url, 1)
-        worker = Worker(stack, "churn", churners, 1)
+        worker = Worker(stack, "churn", churners, 1, transport)
         time.sleep(1.0)
         cpu0, t0 = proc_cpu(stack.gateway.pid), time.monotonic()
         time.sleep(duration)
@@ -302,12 +363,15 @@ def churn_alone(churners: int, duration: float) -> tuple[dict[str, object], floa
 
 def churn(ns: argparse.Namespace) -> int:
     if ns.alone:
-        alone, cpu, wall = churn_alone(ns.churners, ns.duration)
+        alone, cpu, wall = churn_alone(ns.churners, ns.duration, ns.transport)
         rate = float(str(alone["reconnects"])) / float(str(alone["elapsed_s"]))
         print(json.dumps({"alone_client": alone}))
-        print(f"{ns.churners} reconnecting alone: gateway {cpu / wall:.2f} cores, ", end="")
+        print(f"{ns.churners} reconnecting alone ({ns.transport}): ", end="")
+        print(f"gateway {cpu / wall:.2f} cores, ", end="")
         print(f"{rate:,.0f} reconnects/s, {cpu / (rate * wall) * 1e6:,.0f} us per reconnect")
         return 0
+    if ns.transport != "ws":
+        raise SystemExit("--transport sse: with --alone (the steady feed is fanbench's ws)")
     out = Path(ns.out)
     sc = gw.Scenario("ws-1k-max", "ws", ns.steady, duration=ns.duration)
     plain = gw.run(sc, out, keep=False)
@@ -382,6 +446,12 @@ def main() -> int:
     p_churn.add_argument("--duration", type=float, default=8.0)
     p_churn.add_argument("--out", default=str(gw.ROOT / "bench" / "results.jsonl"))
     p_churn.add_argument("--alone", action="store_true", help="only the churners (to profile)")
+    p_churn.add_argument(
+        "--transport",
+        choices=["ws", "sse"],
+        default="ws",
+        help="how the churners reconnect (sse: GET the team feed, drop it after the head)",
+    )
     p_client = sub.add_parser("client", help="the worker process (used by the others)")
     p_client.add_argument("--mode", choices=["hold", "churn"], required=True)
     p_client.add_argument("--url", required=True)
