@@ -72,19 +72,32 @@ class Counts:
         self.error_sample = ""
 
 
-class WSConn(asyncio.Protocol):
+class _Conn(asyncio.Protocol):
+    """What both subscribers share: ``subscribed`` (the join answered) and ``lost``."""
+
+    def __init__(self, counts: Counts) -> None:
+        self.counts = counts
+        loop = asyncio.get_running_loop()
+        self.subscribed: asyncio.Future[None] = loop.create_future()
+        self.lost: asyncio.Future[None] = loop.create_future()
+        self.transport: asyncio.Transport | None = None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.subscribed.done():
+            self.subscribed.set_exception(ConnectionError("closed before subscribed"))
+        if not self.lost.done():
+            self.lost.set_result(None)
+
+
+class WSConn(_Conn):
     """A WebSocket subscriber on websockets' sans-I/O protocol (it answers pings)."""
 
     def __init__(self, url: str, token: str, feed: str, counts: Counts) -> None:
+        super().__init__(counts)
         self.proto = ClientProtocol(
             parse_uri(url), subprotocols=[Subprotocol("gateway.v1"), Subprotocol("bearer." + token)]
         )
         self.subscribe = json.dumps({"type": "subscribe", "feed": feed}).encode()
-        self.counts = counts
-        loop = asyncio.get_running_loop()
-        self.subscribed = loop.create_future()
-        self.lost = loop.create_future()
-        self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
@@ -121,30 +134,20 @@ class WSConn(asyncio.Protocol):
         self.proto.send_close(1000)
         self.flush()
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        if not self.subscribed.done():
-            self.subscribed.set_exception(ConnectionError("closed before subscribed"))
-        if not self.lost.done():
-            self.lost.set_result(None)
 
-
-class SSEConn(asyncio.Protocol):
+class SSEConn(_Conn):
     """An SSE subscriber of a team feed on a raw socket: ``GET`` with a bearer token;
     the ``200`` head is its "subscribed" (what follows is read and dropped); closing
     drops the connection, as a browser's ``EventSource.close()`` does."""
 
     def __init__(self, port: int, token: str, feed: str, counts: Counts) -> None:
+        super().__init__(counts)
         team = feed.split("/", 1)[1]
         self.request = (
             f"GET /v1/teams/{team}/events HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
             f"Authorization: Bearer {token}\r\nAccept: text/event-stream\r\n\r\n"
         ).encode()
-        self.counts = counts
         self.head = b""
-        loop = asyncio.get_running_loop()
-        self.subscribed = loop.create_future()
-        self.lost = loop.create_future()
-        self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
@@ -166,12 +169,6 @@ class SSEConn(asyncio.Protocol):
     def close(self) -> None:
         assert self.transport is not None
         self.transport.close()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if not self.subscribed.done():
-            self.subscribed.set_exception(ConnectionError("closed before the head"))
-        if not self.lost.done():
-            self.lost.set_result(None)
 
 
 async def open_conn(ns: argparse.Namespace, feed: str, counts: Counts) -> WSConn | SSEConn:

@@ -18,8 +18,8 @@ are all ``"other"``.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator, Sequence
-from typing import Generic, TypeVar
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Generic, TypeVar, cast
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -28,6 +28,10 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
+
+#: How prometheus_client writes a bucket bound (``le``): Go's float format, "1e+06".
+_le = cast(Callable[[float], str], floatToGoString)
 
 #: Label sets one metric keeps at most (see the module docstring).
 MAX_SERIES = 1000
@@ -107,11 +111,13 @@ class LoopFamily(Generic[S]):
             if len(values) != len(self.labelnames) or not values:
                 raise ValueError(f"{self.name}: labels are {self.labelnames}")
             values = tuple(str(v) for v in values)
-            if len(self._series) >= MAX_SERIES:
-                values = (OVERFLOW,) * len(values)
             series = self._series.get(values)
             if series is None:
-                series = self._series[values] = self._new()
+                if len(self._series) >= MAX_SERIES:
+                    values = (OVERFLOW,) * len(values)
+                    series = self._series.get(values)
+                if series is None:
+                    series = self._series[values] = self._new()
         return series
 
     def _items(self) -> Iterable[tuple[list[str], S]]:
@@ -195,7 +201,7 @@ class LoopHistogram(LoopFamily[Bins]):
             total = 0
             for bound, count in zip(self.bounds, bins.counts, strict=False):
                 total += count
-                buckets.append((repr(float(bound)), total))
+                buckets.append((_le(bound), total))
             total += bins.counts[-1]
             buckets.append(("+Inf", total))
             family.add_metric(values, buckets, bins.sum)

@@ -253,7 +253,8 @@ async def test_console_follows_a_team_and_a_run_across_a_node_restart(
     assert light != dark
     # While the node is down the browser may try to reconnect before the new one listens;
     # Chromium logs that refused attempt as a console error whatever the page does, so it
-    # is the one error allowed here (and only against this node's WebSocket route).
+    # is the only kind of error allowed here (and only against this node's WebSocket
+    # route).
     refused = f"WebSocket connection to 'ws://127.0.0.1:{port}/v1/ws' failed: "
     unexpected = [
         m

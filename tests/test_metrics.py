@@ -270,11 +270,11 @@ def test_loop_metrics_expose_what_prometheus_client_does() -> None:
     ours, theirs = CollectorRegistry(), CollectorRegistry()
     lc = LoopCounter("x_total", "help", ["a", "b"])
     lg = LoopGauge("y", "help", ["a"])
-    lh = LoopHistogram("z_seconds", "help", (0.1, 1.0), ["a"])
+    lh = LoopHistogram("z_seconds", "help", (0.1, 1.0, 1e6), ["a"])
     ours.register(LoopCollector([lc, lg, lh], {}))
     pc = Counter("x_total", "help", ["a", "b"], registry=theirs)
     pg = Gauge("y", "help", ["a"], registry=theirs)
-    ph = Histogram("z_seconds", "help", ["a"], buckets=(0.1, 1.0), registry=theirs)
+    ph = Histogram("z_seconds", "help", ["a"], buckets=(0.1, 1.0, 1e6), registry=theirs)
     lc.labels("1", "2").inc(3)
     pc.labels("1", "2").inc(3)
     lc.labels(a="1", b="3").inc()
@@ -296,7 +296,9 @@ def test_loop_metrics_expose_what_prometheus_client_does() -> None:
         }
 
     assert samples(ours) == samples(theirs)
-    assert len(samples(ours)) == 2 + 2 + 5  # counters, gauges, 3 buckets, count, sum
+    assert len(samples(ours)) == 2 + 2 + 6  # counters, gauges, 4 buckets, count, sum
+    kinds = {(f.name, f.type) for f in ours.collect() if f.name in ("x", "y", "z_seconds")}
+    assert kinds == {(f.name, f.type) for f in theirs.collect()}
 
 
 def test_loop_metric_labels_are_checked_and_their_series_bounded() -> None:
@@ -314,3 +316,5 @@ def test_loop_metric_labels_are_checked_and_their_series_bounded() -> None:
     overflow = [s for s in family.samples if s.labels == {"a": OVERFLOW}]
     assert overflow and overflow[0].value == 10
     assert counter.labels("3").value == 1  # a kept series is still itself
+    counter.labels(3).inc()  # type: ignore[arg-type]  # a value given as an int: the same
+    assert counter.labels("3").value == 2 and overflow[0].value == 10

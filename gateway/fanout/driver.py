@@ -216,8 +216,12 @@ class Driver:
         self._lead = lead
         try:
             reason = await self._advance(sink)
-        except BaseException:
+        except anyio.get_cancelled_exc_class():
             self._lead = b""
+            raise
+        except BaseException:
+            # A failure (a bug): what the client would have got before it, it gets.
+            self._write_lead(sink)
             raise
         self._write_lead(sink)
         return reason

@@ -236,6 +236,18 @@ async def test_the_lead_is_written_before_the_store_is_asked(node: Node) -> None
     driver.close()
 
 
+async def test_the_lead_goes_out_with_the_prelude(node: Node) -> None:
+    items = await publish_run(node, NESTED[:-2])
+    feed = run_feed("acme", THREAD, RUN)
+    driver, sink, _ = await open_live(node, feed, items[6].cursor, RUN_WS)
+    prelude = driver.prelude
+    assert prelude  # joined past the start
+    assert await driver.advance(sink, b"LEAD") is None
+    assert sink.chunks[0] == b"LEAD" + prelude
+    assert bytes(sink.written) == b"LEAD" + prelude + frames(RUN_WS, feed, items[7:])
+    driver.close()
+
+
 async def test_the_lead_comes_before_the_restart_frame(node: Node) -> None:
     feed = team_feed("acme", ev.team_id())
     items = await node.items(feed, 2)
