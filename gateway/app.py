@@ -234,7 +234,7 @@ async def running(
         router = Router(ROUTES, services)
 
         def observe(request: Request, responder: Responder) -> None:
-            metrics.child(metrics.http_requests, request.route, str(responder.status)).inc()
+            metrics.http_requests.labels(request.route, str(responder.status)).inc()
 
         server = HttpServer(router, max_body=settings.max_body_bytes, observe=observe)
         hub.last_progress = anyio.current_time()

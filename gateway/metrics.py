@@ -14,26 +14,19 @@ function at scrape time).
 
 from __future__ import annotations
 
-from typing import TypeVar
-
 from prometheus_client import CollectorRegistry, Gauge, Info, ProcessCollector
 
 from gateway import __version__
 from gateway.loopmetrics import (
-    Bins,
     LoopCollector,
     LoopCounter,
-    LoopFamily,
     LoopGauge,
     LoopHistogram,
     LoopMetric,
-    LoopValue,
     Sent,
 )
 
 __all__ = ["DISCONNECT_REASONS", "ROTATION_REASONS", "LoopHistogram", "Metrics", "Sent"]
-
-S = TypeVar("S", LoopValue, Bins)
 
 #: Disconnect reasons (``gateway_disconnects_total{reason}``): the client went away or
 #: closed; too slow; the node shut down or drained; the token expired; an error
@@ -210,11 +203,6 @@ class Metrics:
         self._sent: dict[str, Sent] = {}
         loop = [m for m in vars(self).values() if isinstance(m, LoopMetric)]
         r.register(LoopCollector(loop, self._sent))
-
-    @staticmethod
-    def child(metric: LoopFamily[S], *values: str) -> S:
-        """``metric.labels(*values)``: the series of these label values."""
-        return metric.labels(*values)
 
     def sent(self, transport: str) -> Sent:
         """The frame and byte counts of one transport (add to them directly)."""

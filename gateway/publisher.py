@@ -151,7 +151,7 @@ class Publisher:
             raise
         if self.activity is not None:
             await self.activity.record(feed)
-        self.metrics.child(self.metrics.published, "team", via.value).inc(len(new))
+        self.metrics.published.labels("team", via.value).inc(len(new))
         return result.cursors
 
     def _team_items(self, tenant: str, team: str, body: object) -> list[NewItem]:
@@ -196,7 +196,7 @@ class Publisher:
             self.reject(exc, via)
             raise
         results: dict[str, list[Cursor] | GatewayError] = {}
-        published = self.metrics.child(self.metrics.published, "team", via.value)
+        published = self.metrics.published.labels("team", via.value)
         for (team, new), outcome in zip(batches, outcomes, strict=True):
             if isinstance(outcome, GatewayError):
                 self.reject(outcome, via)
@@ -294,7 +294,7 @@ class Publisher:
             raise
         if self.activity is not None:
             await self.activity.record(feed)
-        self.metrics.child(self.metrics.published, "run", via.value).inc(len(new))
+        self.metrics.published.labels("run", via.value).inc(len(new))
         return result.cursors
 
     async def _dialect_run(self, feed: FeedKey, started: bool, ended: bool) -> None:
@@ -410,7 +410,7 @@ class Publisher:
         except Exception as exc:
             self.reject(exc, via)
             raise
-        self.metrics.child(self.metrics.published, "run", via.value).inc(len(messages))
+        self.metrics.published.labels("run", via.value).inc(len(messages))
         return cursors
 
     # -- other dialects in (docs/dialects/sparktide.md, docs/dialects/a2ui.md) -----------
@@ -452,7 +452,7 @@ class Publisher:
         except Exception as exc:
             self.reject(exc, via)
             raise
-        self.metrics.child(self.metrics.published, "run", via.value).inc(appended)
+        self.metrics.published.labels("run", via.value).inc(appended)
         if self.activity is not None and appended:
             # Accepted, so the body names one run (its first event says which).
             first: Any = body[0] if isinstance(body, list) else body
@@ -499,7 +499,7 @@ class Publisher:
         except Exception as exc:
             self.reject(exc, via)
             raise
-        self.metrics.child(self.metrics.published, "run", via.value).inc(appended)
+        self.metrics.published.labels("run", via.value).inc(appended)
         if self.activity is not None and appended:
             await self.activity.record(run_feed(tenant, thread_id, run_id))
         return cursors

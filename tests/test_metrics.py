@@ -242,16 +242,16 @@ def test_loop_histogram_buckets_are_cumulative_and_inclusive() -> None:
 
 def test_series_are_remembered_and_counted_in_the_registry() -> None:
     m = Metrics()
-    first = m.child(m.published, "team", "http")
-    assert m.child(m.published, "team", "http") is first  # one series, made once
+    first = m.published.labels("team", "http")
+    assert m.published.labels("team", "http") is first  # one series, made once
     assert m.published.labels(kind="team", path="http") is first  # by name as well
     first.inc(2)
-    m.child(m.published, "team", "http").inc()
-    m.child(m.http_requests, "publish_team", "200").inc()
-    m.child(m.connections, "ws").inc()
-    m.child(m.connections, "ws").inc()
-    m.child(m.connections, "ws").dec()
-    m.child(m.redis_command_seconds, "append").observe(0.002)
+    m.published.labels("team", "http").inc()
+    m.http_requests.labels("publish_team", "200").inc()
+    m.connections.labels("ws").inc()
+    m.connections.labels("ws").inc()
+    m.connections.labels("ws").dec()
+    m.redis_command_seconds.labels("append").observe(0.002)
     m.redis_errors.inc()
     text = generate_latest(m.registry).decode()
     assert 'gateway_published_items_total{kind="team",path="http"} 3.0' in text

@@ -78,13 +78,6 @@ def needs_prelude(fmt: Format, sub: Subscription) -> bool:
     return fmt.prelude is not None and sub.state is SubState.CATCHING_UP and sub.position.offset > 0
 
 
-def _page_at_hand(sub: Subscription) -> bool:
-    """The first catch-up round writes the page read with the join, without waiting for
-    the store (see :meth:`Hub._catch_up`)."""
-    page = sub.prefetched
-    return page is not None and page[0] == sub.position and bool(page[1])
-
-
 class Driver:
     """One subscription on one connection; create per subscribe, :meth:`open`, then run.
 
@@ -215,16 +208,13 @@ class Driver:
         """
         self._lead = lead
         try:
-            reason = await self._advance(sink)
+            return await self._advance(sink)
         except anyio.get_cancelled_exc_class():
             self._lead = b""
             raise
-        except BaseException:
-            # A failure (a bug): what the client would have got before it, it gets.
+        finally:
+            # Also after a failure (a bug): what the client would have got before it.
             self._write_lead(sink)
-            raise
-        self._write_lead(sink)
-        return reason
 
     def _write_lead(self, sink: Sink) -> None:
         lead, self._lead = self._lead, b""
@@ -244,8 +234,10 @@ class Driver:
                 state = sub.state
                 if state is SubState.CATCHING_UP:
                     make_encoder = sub.fmt.encoder if sub.encoder is None else None
-                    if make_encoder is not None or not _page_at_hand(sub):
-                        self._write_lead(sink)  # the store is asked first: do not wait
+                    if make_encoder is not None or not sub.page_at_position():
+                        # The store is asked first (Hub._catch_up writes a page read
+                        # with the join without waiting): do not wait with the lead.
+                        self._write_lead(sink)
                     if make_encoder is not None:
                         # Back from the live path (its encoder stayed with the hub).
                         fold = await self.folds.at(sub.feed, sub.position)

@@ -190,14 +190,14 @@ class Hub:
             sub = Subscription(feed, fmt, decision.cursor)
             sub.head = state.head_cursor
             sub.restarted(decision.cursor)
-            self.metrics.child(self.metrics.resumes, "epoch_restarted").inc()
+            self.metrics.resumes.labels("epoch_restarted").inc()
             return sub
         sub = Subscription(feed, fmt, decision.after)
         sub.head = state.head_cursor
         if joined.state is state and joined.after == decision.after:
             sub.prefetched = (decision.after, joined.items)  # for the first catch-up round
         outcome = "live" if decision.after.offset == state.head else "replayed"
-        self.metrics.child(self.metrics.resumes, outcome).inc()
+        self.metrics.resumes.labels(outcome).inc()
         await self._register(sub, state)
         return sub
 
@@ -217,7 +217,7 @@ class Hub:
             await self._idle.wait()
 
     async def _register(self, sub: Subscription, state: FeedState) -> None:
-        self.metrics.child(self.metrics.subscriptions, sub.fmt.transport, sub.feed.kind.value).inc()
+        self.metrics.subscriptions.labels(sub.fmt.transport, sub.feed.kind.value).inc()
         channel = self.channels.get(sub.feed)
         created = channel is None
         if channel is None:
@@ -269,7 +269,7 @@ class Hub:
             # The page read with the join's state serves the first round or none: a
             # subscription that goes live at once must not find it in a later catch-up
             # (an overflow's), where it would no longer continue the position.
-            prefetched, sub.prefetched = sub.prefetched, None
+            prefetched, sub.prefetched = sub.page_at_position(), None
             if sub.state is not SubState.CATCHING_UP:  # closed (drain) or restarted
                 return
             channel = self.channels.get(feed)
@@ -282,9 +282,9 @@ class Hub:
                 return
             target = channel.position
             position = sub.position
-            if prefetched is not None and prefetched[0] == position:
+            if prefetched is not None:
                 # Read with the join's state (Hub.open), from this very position.
-                items = prefetched[1]
+                items = prefetched
                 if not items:
                     continue  # items came since: the next round reads them
             else:
@@ -387,7 +387,7 @@ class Hub:
         if channel is None or sub not in channel.subs:
             return
         channel.subs.remove(sub)
-        self.metrics.child(self.metrics.subscriptions, sub.fmt.transport, sub.feed.kind.value).dec()
+        self.metrics.subscriptions.labels(sub.fmt.transport, sub.feed.kind.value).dec()
         name = sub.fmt.name
         if name in channel.encoders and not any(s.fmt.name == name for s in channel.subs):
             del channel.encoders[name]

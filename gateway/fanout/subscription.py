@@ -109,6 +109,12 @@ class Subscription:
         #: items, for the first catch-up round only (None: read it then).
         self.prefetched: tuple[Cursor, list[StoredItem]] | None = None
 
+    def page_at_position(self) -> list[StoredItem] | None:
+        """The items read with the join if they continue :attr:`position` (possibly
+        none: nothing came after it then), else None (read from the store)."""
+        page = self.prefetched
+        return page[1] if page is not None and page[0] == self.position else None
+
     def offer(self, chunk: Chunk) -> bool:
         """Write the frames of the chunk's items after :attr:`position` at once.
 

@@ -108,9 +108,14 @@ def body_writer(transport: asyncio.Transport, chunked: bool) -> Callable[[bytes]
         return transport.write
 
     def write_chunk(data: bytes) -> None:
-        transport.writelines((b"%x\r\n" % len(data), data, b"\r\n"))
+        transport.writelines(_chunk(data))
 
     return write_chunk
+
+
+def _chunk(data: bytes) -> tuple[bytes, bytes, bytes]:
+    """``data`` as one HTTP/1.1 chunk (not empty: an empty chunk ends the body)."""
+    return b"%x\r\n" % len(data), data, b"\r\n"
 
 
 class Stream:
@@ -157,7 +162,7 @@ class Stream:
         elif not data:
             transport.write(lead)
         elif self._chunked:
-            transport.writelines((lead, b"%x\r\n" % len(data), data, b"\r\n"))
+            transport.writelines((lead, *_chunk(data)))
         else:
             transport.write(lead + data)
 

@@ -110,8 +110,8 @@ async def _stream(
         remote=responder.remote,
         feed=sub.feed.public_name,
     ):
-        metrics.child(metrics.connections, TRANSPORT).inc()
-        metrics.child(metrics.connects, TRANSPORT).inc()
+        metrics.connections.labels(TRANSPORT).inc()
+        metrics.connects.labels(TRANSPORT).inc()
         log.info("connection opened")
         reason = EndReason.ERROR
         try:
@@ -135,8 +135,8 @@ async def _stream(
         finally:
             services.connections.discard(registered)
             outbox.release()
-            metrics.child(metrics.connections, TRANSPORT).dec()
-            metrics.child(metrics.disconnects, TRANSPORT, reason.value).inc()
+            metrics.connections.labels(TRANSPORT).dec()
+            metrics.disconnects.labels(TRANSPORT, reason.value).inc()
             log.info("connection closed", reason=reason.value)
         stream.end()
 

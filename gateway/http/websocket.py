@@ -551,8 +551,8 @@ async def upgrade(
             services, principal=principal, stream=stream, protocol=protocol, remote=remote
         )
         services.connections.add_timed(session, session.next_due(anyio.current_time(), time.time()))
-        metrics.child(metrics.connections, TRANSPORT).inc()
-        metrics.child(metrics.connects, TRANSPORT).inc()
+        metrics.connections.labels(TRANSPORT).inc()
+        metrics.connects.labels(TRANSPORT).inc()
         # The session's own lines carry its context via Session.log(); this binds it
         # for whatever else logs in this task.
         with logcontext.bound(
@@ -565,10 +565,10 @@ async def upgrade(
                 # Also when the transport's loss cancelled us: the reason is what
                 # the server decided before closing, if anything.
                 services.connections.discard(session)
-                metrics.child(metrics.connections, TRANSPORT).dec()
+                metrics.connections.labels(TRANSPORT).dec()
                 code = session.final_code()
                 reason = _reason(code)
-                metrics.child(metrics.disconnects, TRANSPORT, reason).inc()
+                metrics.disconnects.labels(TRANSPORT, reason).inc()
                 log.info("connection closed", reason=reason, code=code)
 
 

@@ -509,7 +509,7 @@ class RedisConnection:
 
     def observe(self, command: str, seconds: float) -> None:
         if self.metrics is not None:
-            self.metrics.child(self.metrics.redis_command_seconds, command).observe(seconds)
+            self.metrics.redis_command_seconds.labels(command).observe(seconds)
 
     def metrics_rotation(self, reason: str, lost: int) -> None:
         if self.metrics is not None:
