@@ -219,7 +219,8 @@ def profile_scenario(ns: argparse.Namespace) -> int:
 
     @contextlib.contextmanager
     def spy_later(stack: gw.Stack) -> Iterator[None]:
-        args = ["sh", "-c", f"sleep {ns.delay} && exec {PYSPY} record --native -r 250 "]
+        mode = "--native" if ns.native else "--nonblocking"
+        args = ["sh", "-c", f"sleep {ns.delay} && exec {PYSPY} record {mode} -r {ns.rate} "]
         args[-1] += f"-d {ns.seconds} -f raw -o {ns.raw} -p {stack.gateway.pid}"
         spy = subprocess.Popen(["taskset", "-c", "1", *args], stderr=subprocess.PIPE)
         spies.append(spy)
@@ -250,6 +251,14 @@ def main() -> int:
     p_sc.add_argument("--seconds", type=int, default=15)
     p_sc.add_argument("--delay", type=float, default=14.0, help="s after fanbench starts")
     p_sc.add_argument("--top", type=int, default=15)
+    p_sc.add_argument(
+        "--no-native",
+        dest="native",
+        action="store_false",
+        help="Python frames only, sampled without stopping the process (--nonblocking): "
+        "no native frames, and syscalls are not over-weighted",
+    )
+    p_sc.add_argument("--rate", type=int, default=250, help="samples per second")
     p_sc.add_argument("--out", default=str(gw.ROOT / "bench" / "results.jsonl"))
     p_sum = sub.add_parser("summary")
     p_sum.add_argument("raw")
