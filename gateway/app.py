@@ -6,6 +6,7 @@ import contextlib
 import logging
 import signal
 import sys
+import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, TextIO
@@ -237,13 +238,13 @@ async def running(
             metrics.http_requests.labels(request.route, str(responder.status)).inc()
 
         server = HttpServer(router, max_body=settings.max_body_bytes, observe=observe)
-        hub.last_progress = anyio.current_time()
+        hub.last_progress = time.monotonic()
         tg.start_soon(hub.run)
         tg.start_soon(ready.run)
         ticker = Ticker(connections)
         tg.start_soon(ticker.run)
         for inbox in inboxes:
-            inbox.last_progress = anyio.current_time()
+            inbox.last_progress = time.monotonic()
             tg.start_soon(inbox.run)
         if activity is not None:
             tg.start_soon(activity.run)

@@ -164,7 +164,9 @@ SETTINGS_HELP: dict[str, str] = {
     "behind; past it, connections with buffered bytes are treated as slow.",
     "read_batch": "Most items read from Redis per feed per read.",
     "fanout_linger_ms": "Milliseconds the reader waits after a read whose items went to "
-    "few subscribers each (many small feeds), to take more items per read; 0 disables.",
+    "few subscribers each (many small feeds), to take more items per read (on Redis the "
+    "listeners stop reading meanwhile, so a lone event waits at most this long); 0 "
+    "disables.",
     "read_block_ms": "Longest a blocking Redis read waits before it returns empty.",
     "ready_stall_seconds": "/readyz answers 503 when the node's feed or inbox reader has "
     "not completed a read (an empty one counts) for this many seconds beyond "

@@ -20,6 +20,7 @@ idempotent on the item keys, so a redelivered message never appends twice
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 
 import anyio
@@ -153,7 +154,7 @@ class Inbox:
                             await self._process(message)
                     await self._step(pending=False)
                 backoff = 0.1
-                self.last_progress = anyio.current_time()
+                self.last_progress = time.monotonic()
             except Unavailable as exc:
                 self._metrics.redis_errors.inc()
                 log.warning(

@@ -406,14 +406,17 @@ class Hub:
             if self.hooks.before_read is not None:
                 await self.hooks.before_read()
             if not self.channels:
-                self.last_progress = anyio.current_time()
+                self.last_progress = time.monotonic()
                 self._changed = anyio.Event()
                 with anyio.move_on_after(self.read_block_ms / 1000):
                     await self._changed.wait()
                 continue
             try:
                 batches = await self.live.read_new(
-                    self._positions, count=self.read_batch, block_ms=self.read_block_ms
+                    self._positions,
+                    count=self.read_batch,
+                    block_ms=self.read_block_ms,
+                    direct=self._direct,
                 )
             except Unavailable as exc:
                 self.metrics.redis_errors.inc()
@@ -429,7 +432,7 @@ class Hub:
                 backoff = min(backoff * 2, 2.0)
                 continue
             backoff = 0.05
-            self.last_progress = anyio.current_time()
+            self.last_progress = time.monotonic()
             items = offers = 0
             for feed, batch in batches.items():
                 channel = self.channels.get(feed)
@@ -446,7 +449,22 @@ class Hub:
                 # Few deliveries per item: the work of each read is mostly its own
                 # overhead.  Let a little more arrive first (bounded, a few ms), so
                 # that one read takes several items.
-                await anyio.sleep(self.linger)
+                await self.live.linger(self.linger)
+
+    def _direct(self, feed: FeedKey, batch: Batch) -> float:
+        """A batch the store hands over while :meth:`run` waits in ``read_new`` (it
+        continues the channel's position): dispatched as if that read had returned
+        it.  Returns how long the store should hold further notifications: the
+        linger, when the batch went to few subscribers per item."""
+        channel = self.channels.get(feed)
+        if channel is None:
+            return 0.0
+        try:
+            self._dispatch(channel, batch)
+        except Exception:
+            log.exception("dispatch failed", kind=feed.kind.value)
+        # As after a read: few deliveries per item, let more gather first.
+        return self.linger if len(channel.subs) < self.LINGER_BELOW else 0.0
 
     def _dispatch(self, channel: Channel, batch: Batch) -> None:
         if batch.gone:

@@ -30,6 +30,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import anyio
 import msgspec
 
 from gateway.cursor import Cursor
@@ -251,19 +252,44 @@ class Positions(Mapping[FeedKey, Cursor]):
     generation: int
 
 
+#: Takes a batch that continues its feed's position (see :meth:`LiveFeed.read_new`) and
+#: returns how many seconds the store should hold further notifications (0: none).
+Direct = Callable[[FeedKey, "Batch"], float]
+
+
 class LiveFeed(abc.ABC):
     """How a node learns of new items (and transient messages) of the feeds it follows."""
 
     @abc.abstractmethod
     async def read_new(
-        self, positions: Mapping[FeedKey, Cursor], *, count: int, block_ms: int
+        self,
+        positions: Mapping[FeedKey, Cursor],
+        *,
+        count: int,
+        block_ms: int,
+        direct: Direct | None = None,
     ) -> dict[FeedKey, Batch]:
         """Wait up to ``block_ms`` for items beyond each position; return those that came.
 
         Items of a newer epoch follow the position's epoch's items in the same batch.
         Returns an empty dict on timeout or after :meth:`wake`.  After this returns, the
         caller must call it again with updated positions to keep following.
+
+        While it waits with nothing else to do, a store may instead hand a batch of
+        items that exactly continues its feed's position (no reset, no transient
+        message) to ``direct``, synchronously, from its own I/O callback, and keep
+        waiting: the caller must be ready for that whenever this call is pending, as it
+        is for the batches this returns.  Anything else (a gap, a transient message, a
+        reset) still comes back from this call, in order.
         """
+
+    async def linger(self, seconds: float) -> None:
+        """Let notifications gather for ``seconds`` before the next read: the caller
+        read items that went to few subscribers, and wants the next read to take
+        several.  A store whose notifications wake the node holds them meanwhile (they
+        wait in the kernel instead of waking it one by one) and may return at once;
+        the next :meth:`read_new` then waits for them."""
+        await anyio.sleep(seconds)
 
     @abc.abstractmethod
     async def broadcast(self, feed: FeedKey, data: bytes) -> None:

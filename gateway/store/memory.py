@@ -21,6 +21,7 @@ from gateway.store.base import (
     INDEX_MAX_FEEDS,
     Backend,
     Batch,
+    Direct,
     FeedIndex,
     FeedStore,
     FoldStore,
@@ -254,8 +255,15 @@ class MemoryStore(FeedStore, LiveFeed, FoldStore, RunIndex):
         return out
 
     async def read_new(
-        self, positions: Mapping[FeedKey, Cursor], *, count: int, block_ms: int
+        self,
+        positions: Mapping[FeedKey, Cursor],
+        *,
+        count: int,
+        block_ms: int,
+        direct: Direct | None = None,
     ) -> dict[FeedKey, Batch]:
+        # Everything comes back from this call: there is no I/O callback to hand a
+        # batch to ``direct`` from.
         found = self._collect(positions, count)
         if found:
             return found

@@ -16,13 +16,17 @@ Redis, so a lost connection may have lost messages).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any, cast
 
 import anyio
 import hiredis
+import structlog
 
 from gateway.store.redis.connection import ListenerAddress
 from gateway.store.redis.resp import auth, open_raw, pack, refused
+
+log = structlog.get_logger("gateway.store")
 
 #: Most messages held before the reader takes them; past it the listener gives up (the
 #: owner re-reads the streams, which hold everything), so memory stays bounded.
@@ -33,21 +37,36 @@ class ListenerLost(ConnectionError):
     """The listening connection failed or fell too far behind; replace it."""
 
 
+#: Messages (channel, payload) in the order they were received.
+Messages = list[tuple[bytes, bytes]]
+
+#: Takes messages while the reader waits (see :meth:`Waker.wait`); returns the ones it
+#: left for the reader, in order.
+Take = Callable[[Messages], Messages]
+
+
 class Waker:
     """Wakes the one reader task that waits on several listeners at once."""
 
     def __init__(self) -> None:
         self._waiter: asyncio.Future[None] | None = None
         self._woken = False
+        #: Set only while the reader waits with nothing else to do: the listeners
+        #: hand new messages to it instead of queueing them and waking the reader.
+        self.take: Take | None = None
 
     def wake(self) -> None:
         self._woken = True
+        self.take = None
         waiter, self._waiter = self._waiter, None
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    async def wait(self, within: float) -> None:
+    async def wait(self, within: float, take: Take | None = None) -> None:
         """Return once woken (since the last wait) or after ``within`` seconds.
+
+        Until then, messages go to ``take`` (if given) as they arrive, from the
+        listener's own callback; what it leaves is queued and wakes the reader.
 
         The bound is a loop timer that resolves the waiter, not a cancel scope: the
         node's reader waits here once per wake-up, and an anyio scope costs it several
@@ -57,9 +76,11 @@ class Waker:
             loop = asyncio.get_running_loop()
             waiter = self._waiter = loop.create_future()
             timer = loop.call_later(within, _resolve, waiter)
+            self.take = take
             try:
                 await waiter
             finally:
+                self.take = None
                 timer.cancel()
                 if self._waiter is waiter:
                     self._waiter = None
@@ -105,7 +126,7 @@ class Listener(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._reader.feed(data)
-        messages = self.messages
+        arrived: Messages = []
         news = False
         while True:
             reply = self._reader.gets()
@@ -113,8 +134,7 @@ class Listener(asyncio.Protocol):
                 break
             kind = reply[0] if isinstance(reply, list) and reply else None
             if kind == b"message" or kind == b"smessage":
-                messages.append((reply[1], reply[2]))
-                news = True
+                arrived.append((reply[1], reply[2]))
             elif kind in (b"subscribe", b"ssubscribe"):
                 self._unconfirmed -= 1
             elif kind in (b"unsubscribe", b"sunsubscribe"):
@@ -130,6 +150,19 @@ class Listener(asyncio.Protocol):
                 return
             else:
                 self._replies.append(reply)
+        messages = self.messages
+        if arrived:
+            take = self._waker.take
+            if take is not None and not messages:
+                try:
+                    arrived = take(arrived)
+                except Exception:
+                    # Left to the reader, which meets the same trouble where it is
+                    # reported (and the connection stays up).
+                    log.exception("taking live messages failed; the reader reads them")
+            if arrived:
+                messages.extend(arrived)
+                news = True
         if len(messages) > MAX_PENDING:
             self._fail(ListenerLost("the reader fell too far behind the listener"))
         self._wake_own()
@@ -235,6 +268,24 @@ class Listener(asyncio.Protocol):
             waiter = self._waiter = asyncio.get_running_loop().create_future()
             await waiter
         return self._replies.pop(0)
+
+    @property
+    def reading(self) -> bool:
+        """Whether the socket is read now (not during a :meth:`hold`)."""
+        transport = self._transport
+        return transport is not None and transport.is_reading()
+
+    def hold(self) -> None:
+        """Stop reading the socket: messages wait in the kernel and wake nobody until
+        :meth:`release`."""
+        transport = self._transport
+        if transport is not None and not transport.is_closing():
+            transport.pause_reading()
+
+    def release(self) -> None:
+        transport = self._transport
+        if transport is not None and not transport.is_closing():
+            transport.resume_reading()
 
     def close(self) -> None:
         if self._transport is not None:

@@ -15,17 +15,20 @@ told even when nothing is published.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+import functools
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import anyio
 
 from gateway.cursor import Cursor
 from gateway.feed import FeedKey, StoredItem
-from gateway.store.base import Batch, LiveFeed, Positions
+from gateway.store.base import Batch, Direct, LiveFeed, Positions
 from gateway.store.redis.connection import ListenerAddress, RedisConnection, translate
 from gateway.store.redis.feeds import RedisFeeds, stored_item
-from gateway.store.redis.listener import Listener, Waker
+from gateway.store.redis.listener import Listener, Messages, Waker
 from gateway.store.redis.listener import connect as connect_listener
 
 #: What one wait for messages returns: items per feed, feeds to read from their stream,
@@ -70,6 +73,10 @@ class RedisLive(LiveFeed):
         #: for one (see following).
         self._confirmed: set[FeedKey] = set()
         self._waiters: dict[FeedKey, anyio.Event] = {}
+        #: The timer that ends a hold of the listeners (see linger), while one lasts.
+        self._release: asyncio.TimerHandle | None = None
+        #: Batches handed to a reader's ``direct`` taker (for tests).
+        self.taken_directly = 0
 
     async def broadcast(self, feed: FeedKey, data: bytes) -> None:
         # On the feed's own channel, marked so readers tell it from the append step's
@@ -84,7 +91,34 @@ class RedisLive(LiveFeed):
     async def wake(self) -> None:
         await self.conn.wake()
 
+    async def linger(self, seconds: float) -> None:
+        # Returns at once: the next read_new waits, and the held messages reach it (or
+        # its direct taker) when the hold ends.
+        self._hold(seconds)
+
+    def reading(self) -> bool:
+        """Whether every listener reads now (False while a hold lasts)."""
+        return all(listener.reading for listener in self._listeners.values())
+
+    def _hold(self, seconds: float) -> None:
+        """Stop reading every listener for ``seconds`` (unless a hold already lasts):
+        what is published meanwhile waits in the kernel, and is then read at once, in
+        one wake-up of the node instead of one each."""
+        if self._release is not None or seconds <= 0:
+            return
+        for listener in self._listeners.values():
+            listener.hold()
+        self._release = asyncio.get_running_loop().call_later(seconds, self._end_hold)
+
+    def _end_hold(self) -> None:
+        self._release = None
+        for listener in self._listeners.values():
+            listener.release()
+
     def close(self) -> None:
+        if self._release is not None:
+            self._release.cancel()
+            self._release = None
         for listener in self._listeners.values():
             listener.close()
 
@@ -125,13 +159,21 @@ class RedisLive(LiveFeed):
         return key
 
     async def read_new(
-        self, positions: Mapping[FeedKey, Cursor], *, count: int, block_ms: int
+        self,
+        positions: Mapping[FeedKey, Cursor],
+        *,
+        count: int,
+        block_ms: int,
+        direct: Direct | None = None,
     ) -> dict[FeedKey, Batch]:
         """Take the items the append step published for the followed feeds.
 
         Whatever cannot be taken from the messages is read from the streams: feeds new
         to this node, a message that does not continue the position (one was missed),
         and every followed feed on a periodic sweep and after a listener was replaced.
+
+        While this waits with nothing else to do, messages whose items continue their
+        feed's position go to ``direct`` as they arrive (:meth:`_take_directly`).
         """
         resets = {
             feed: Batch([], reset=self.conn.pending_resets.pop(feed))
@@ -140,7 +182,7 @@ class RedisLive(LiveFeed):
         }
         if len(self.conn.pending_resets) > 10_000:  # reset feeds nobody here follows
             self.conn.pending_resets.clear()
-        now = anyio.current_time()
+        now = time.monotonic()
         suspect = self.conn.suspect
         if suspect or now - self._last_verify >= self.VERIFY_SECONDS:
             if suspect:
@@ -164,7 +206,7 @@ class RedisLive(LiveFeed):
         # timer, the subscribe's confirmation, the listener's connect, redis-py's
         # socket timeouts for the cluster's topology).
         with translate("read_new"):
-            pushed, todo, stamps, transient = await self._listen(positions, block_ms)
+            pushed, todo, stamps, transient = await self._listen(positions, block_ms, direct)
         if len(self._stream_keys) > 2 * len(positions) + 1000:
             self._forget_keys(positions)
         out: dict[FeedKey, Batch] = {}
@@ -259,10 +301,12 @@ class RedisLive(LiveFeed):
         self._confirmed -= moved
         return True
 
-    async def _listen(self, positions: Mapping[FeedKey, Cursor], block_ms: int) -> _Gathered:
+    async def _listen(
+        self, positions: Mapping[FeedKey, Cursor], block_ms: int, direct: Direct | None
+    ) -> _Gathered:
         """Published items that continue each position, the feeds to read instead, the
         append time of each feed's newest published item, and transient messages."""
-        now = anyio.current_time()
+        now = time.monotonic()
         lost = self._lost()
         moved = self._moved()
         if lost or moved:
@@ -293,7 +337,12 @@ class RedisLive(LiveFeed):
             if sweep:
                 self._last_sweep = now
                 return pushed, todo, stamps, transient
-            await self._gather(positions, pushed, todo, stamps, transient, now + block_ms / 1000)
+            take = None
+            if direct is not None:
+                take = functools.partial(self._take_directly, positions, direct)
+            await self._gather(
+                positions, pushed, todo, stamps, transient, now + block_ms / 1000, take
+            )
         except BaseException as exc:
             # A listener failed (or we were cancelled mid-read): start over with fresh
             # ones, subscriptions and a full sweep.
@@ -352,13 +401,16 @@ class RedisLive(LiveFeed):
         stamps: dict[FeedKey, float],
         transient: dict[FeedKey, list[tuple[int, bytes]]],
         deadline: float,
+        take: Callable[[Messages], Messages] | None = None,
     ) -> None:
-        """Wait (at most until ``deadline``) for messages, then take all that are there."""
+        """Wait (at most until ``deadline``) for messages, then take all that are there.
+
+        While it waits, ``take`` (if given) takes the messages as they arrive."""
         seen: dict[FeedKey, Cursor] = {}
         for _ in range(1000):  # bounded; each round waits or takes messages
             waiting = any(listener.messages for listener in self._listeners.values())
             if not todo and not self.conn.woken and not waiting:
-                await self._waker.wait(max(0.0, deadline - anyio.current_time()))
+                await self._waker.wait(max(0.0, deadline - time.monotonic()), take)
             woken = self.conn.woken
             for listener in list(self._listeners.values()):
                 if listener.failed is not None:
@@ -367,8 +419,60 @@ class RedisLive(LiveFeed):
                     woken = True  # channels moved: resubscribe them first
                 for channel, payload in listener.take():
                     self._take(channel, payload, positions, pushed, todo, stamps, transient, seen)
-            if pushed or todo or transient or woken or anyio.current_time() >= deadline:
+            if pushed or todo or transient or woken or time.monotonic() >= deadline:
                 return
+
+    def _take_directly(
+        self, positions: Mapping[FeedKey, Cursor], direct: Direct, messages: Messages
+    ) -> Messages:
+        """Messages that arrived while the reader waits with nothing else to do: hand
+        each feed's items that continue its position to ``direct`` as one batch, and
+        leave the rest to the reader, in order (a feed's messages from the first one
+        not taken on: a gap, a transient message; every message while a reset, a
+        server change or a wake-up is pending).
+
+        ``positions`` is the reader's live view, so a position moves as soon as
+        ``direct`` delivers."""
+        conn = self.conn
+        if conn.woken or conn.suspect or conn.pending_resets:
+            return messages
+        feeds_by_key = self._feeds_by_key
+        left: Messages = []
+        refused: set[FeedKey] = set()
+        batches: dict[FeedKey, tuple[list[StoredItem], float]] = {}
+        for channel, payload in messages:
+            feed = feeds_by_key.get(channel)
+            if feed is None:
+                continue  # not followed (any more): the reader would drop it too
+            if feed in refused or payload.startswith(TRANSIENT_MARK):
+                refused.add(feed)
+                left.append((channel, payload))
+                continue
+            taken = batches.get(feed)
+            pos = taken[0][-1].cursor if taken is not None else positions.get(feed)
+            if pos is None:
+                continue
+            fresh, appended, continues = _after(payload, pos)
+            if not fresh:
+                continue
+            if not continues or not self.feeds.continues(feed, fresh):
+                # Something was missed, or the items are not what this node saw: the
+                # reader reads the stream, or moves the feed on.
+                refused.add(feed)
+                left.append((channel, payload))
+                continue
+            if taken is None:
+                batches[feed] = (fresh, appended)
+            else:
+                taken[0].extend(fresh)
+                batches[feed] = (taken[0], appended)
+        hold = 0.0
+        for feed, (items, appended) in batches.items():
+            self.taken_directly += 1
+            hold = max(hold, direct(feed, Batch(items, appended=appended)))
+        if hold:
+            self._hold(hold)
+        return left
 
     def _take(
         self,
@@ -395,18 +499,10 @@ class RedisLive(LiveFeed):
         pos = seen.get(feed) or positions.get(feed)
         if pos is None:
             return
-        announced, appended = _announced(payload)
-        fresh = [
-            i
-            for i in announced
-            if i.epoch > pos.epoch or (i.epoch == pos.epoch and i.offset > pos.offset)
-        ]
+        fresh, appended, continues = _after(payload, pos)
         if not fresh:
             return
-        first = fresh[0]
-        if (first.epoch == pos.epoch and first.offset == pos.offset + 1) or (
-            first.epoch > pos.epoch and first.offset == 1
-        ):
+        if continues:
             pushed.setdefault(feed, []).extend(fresh)
             seen[feed] = fresh[-1].cursor
             stamps[feed] = appended
@@ -422,6 +518,24 @@ class RedisLive(LiveFeed):
 
 #: Starts a transient message on a feed's channel (item messages start with a digit).
 TRANSIENT_MARK = b"T\n"
+
+
+def _after(payload: bytes, pos: Cursor) -> tuple[list[StoredItem], float, bool]:
+    """The items a message announces after ``pos``, their append time, and whether they
+    continue ``pos`` (else something was missed before them)."""
+    announced, appended = _announced(payload)
+    fresh = [
+        i
+        for i in announced
+        if i.epoch > pos.epoch or (i.epoch == pos.epoch and i.offset > pos.offset)
+    ]
+    if not fresh:
+        return fresh, appended, False
+    first = fresh[0]
+    continues = (first.epoch == pos.epoch and first.offset == pos.offset + 1) or (
+        first.epoch > pos.epoch and first.offset == 1
+    )
+    return fresh, appended, continues
 
 
 def _announced(payload: bytes) -> tuple[list[StoredItem], float]:

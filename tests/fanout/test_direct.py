@@ -1,0 +1,99 @@
+"""``Hub._direct``: a batch the store hands over while the reader waits in ``read_new``
+is dispatched as a returned read's would be, and the hub asks the store to hold further
+notifications (its linger) only when the batch went to few subscribers per item.
+Pure logic: subscriptions write into transports that keep what they get."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.cursor import Cursor
+from gateway.fanout.hub import Channel, Hub
+from gateway.fanout.outbox import Outbox
+from gateway.fanout.subscription import Subscription, SubState
+from gateway.feed import FeedKey, StoredItem, team_feed
+from gateway.metrics import Metrics
+from gateway.store.base import Batch
+from gateway.store.memory import MemoryStore
+from gateway.wire.formats import TEAM_WS
+from tests.support import events as ev
+
+
+class Kept:
+    """A transport whose kernel takes every write at once; keeps what was written."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.written: list[bytes] = []
+        self.fail = fail
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def is_closing(self) -> bool:
+        return False
+
+    def write(self, data: bytes) -> None:
+        if self.fail:
+            raise RuntimeError("a bug under the write")
+        self.written.append(data)
+
+
+class Stream:
+    def __init__(self, transport: Kept) -> None:
+        self.transport = transport
+
+    def raw_writer(self) -> object:
+        return self.transport.write
+
+
+def hub_with(subscribers: int, *, failing: int = 0) -> tuple[Hub, FeedKey, list[Kept]]:
+    store = MemoryStore()
+    hub = Hub(store, store, Metrics(), linger_ms=2.0)
+    feed = team_feed("acme", ev.team_id())
+    channel = hub.channels[feed] = Channel(feed, Cursor(7, 0))
+    transports = []
+    for index in range(subscribers):
+        transport = Kept(fail=index < failing)
+        sub = Subscription(feed, TEAM_WS, Cursor(7, 0))
+        sub.outbox = Outbox(Stream(transport), 1 << 20, hub.budget)  # type: ignore[arg-type]
+        sub.state = SubState.LIVE
+        channel.subs.add(sub)
+        transports.append(transport)
+    return hub, feed, transports
+
+
+def batch(*offsets: int) -> Batch:
+    payload = b'{"source":{"kind":"team"},"event":{}}'
+    return Batch([StoredItem(7, offset, payload, "c") for offset in offsets], appended=1.0)
+
+
+def test_a_batch_handed_over_reaches_every_live_subscriber_once() -> None:
+    hub, feed, transports = hub_with(3)
+    hold = hub._direct(feed, batch(1, 2))
+    assert hold == pytest.approx(0.002)  # few subscribers per item: linger
+    assert hub.channels[feed].position == Cursor(7, 2)
+    for transport in transports:
+        assert len(transport.written) == 1  # both items in one write
+        assert transport.written[0].count(b'"offset":') == 2
+    # The next batch continues; one that repeats what was delivered writes nothing.
+    hub._direct(feed, batch(3))
+    hub._direct(feed, batch(3))
+    assert all(len(t.written) == 2 for t in transports)
+
+
+def test_a_batch_for_many_subscribers_asks_for_no_hold() -> None:
+    hub, feed, transports = hub_with(Hub.LINGER_BELOW)
+    assert hub._direct(feed, batch(1)) == 0.0
+    assert all(len(t.written) == 1 for t in transports)
+
+
+def test_a_feed_no_longer_followed_is_left_alone() -> None:
+    hub, _, transports = hub_with(2)
+    assert hub._direct(team_feed("acme", ev.team_id()), batch(1)) == 0.0
+    assert all(t.written == [] for t in transports)
+
+
+def test_a_dispatch_that_fails_stays_in_the_hub() -> None:
+    # The store calls this from its I/O callback: a bug must not reach it.
+    hub, feed, _ = hub_with(2, failing=2)
+    assert hub._direct(feed, batch(1)) == pytest.approx(0.002)
