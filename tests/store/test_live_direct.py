@@ -195,10 +195,11 @@ async def test_while_the_reader_has_something_pending_messages_go_to_it(
     assert direct.log == []
 
 
-async def test_linger_holds_the_listeners_until_it_ends(backend: Backend) -> None:
+async def test_a_hold_keeps_the_listeners_from_reading_until_it_ends(backend: Backend) -> None:
     f = feed()
     positions = await followed(backend, f)
     live = live_of(backend)
+    live.HOLD_GATHERS = 0  # hold whatever the rate (the policy is tested below)
     direct = Direct(positions, hold=0.3)
     async with anyio.create_task_group() as tg:
         await waiting_read(backend, positions, direct, tg)
@@ -258,3 +259,22 @@ async def test_a_taker_that_fails_leaves_the_messages_to_the_reader(
     finally:
         listener.close()
         await client.aclose()
+
+
+async def test_a_hold_is_taken_only_when_messages_come_often_enough(
+    backend: Backend,
+) -> None:
+    live = live_of(backend)
+    hold = 0.002
+    # Sparse: one message every 20 ms; a 2 ms hold would gather nothing.
+    assert not any(live._worth_holding(1, hold, 100 + 0.020 * k) for k in range(20))
+    # One every 0.4 ms: a hold gathers about five; held from the second take on.
+    dense = [live._worth_holding(1, hold, 200 + 0.0004 * k) for k in range(20)]
+    assert not dense[0] and all(dense[1:])
+    # Held steadily: each release takes the three that came during the 2 ms hold.
+    assert all(live._worth_holding(3, hold, 200.01 + 0.0021 * k) for k in range(20))
+    # The rate falls to one every 10 ms: holding stops within a few takes.
+    falling = [live._worth_holding(1, hold, 201 + 0.010 * k) for k in range(20)]
+    assert not any(falling[3:])
+    # The taker asked for no hold: none, whatever the rate.
+    assert not any(live._worth_holding(5, 0.0, 300 + 0.0001 * k) for k in range(5))
