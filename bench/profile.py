@@ -159,8 +159,11 @@ def summarise(path: Path, kind: str, top: int) -> str:
     return "\n".join(lines)
 
 
-def record(pid: int, raw: Path, seconds: int) -> subprocess.Popen[bytes]:
-    args = ["taskset", "-c", "1", PYSPY, "record", "--native", "-r", "250", "-d", str(seconds)]
+def record(
+    pid: int, raw: Path, seconds: int, native: bool = True, rate: int = 250
+) -> subprocess.Popen[bytes]:
+    mode = "--native" if native else "--nonblocking"
+    args = ["taskset", "-c", "1", PYSPY, "record", mode, "-r", str(rate), "-d", str(seconds)]
     args += ["-f", "raw", "-o", str(raw), "-p", str(pid)]
     return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
@@ -200,7 +203,7 @@ def profile_publish(ns: argparse.Namespace) -> int:
         if not pid_file.exists():
             raise RuntimeError("publish.py did not start its gateway")
         time.sleep(5)  # connections open, warm-up done
-        spy = record(int(pid_file.read_text()), Path(ns.raw), ns.seconds)
+        spy = record(int(pid_file.read_text()), Path(ns.raw), ns.seconds, ns.native, ns.rate)
         finish(spy, ns.seconds)
         load.wait(timeout=ns.seconds + 120)
     finally:
@@ -237,6 +240,12 @@ def profile_scenario(ns: argparse.Namespace) -> int:
     return 0
 
 
+NO_NATIVE = (
+    "Python frames only, sampled without stopping the process (py-spy --nonblocking): "
+    "no native frames, and syscalls are not over-weighted"
+)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -245,19 +254,15 @@ def main() -> int:
     p_pub.add_argument("--rows", default="1x1")
     p_pub.add_argument("--seconds", type=int, default=15)
     p_pub.add_argument("--top", type=int, default=15)
+    p_pub.add_argument("--no-native", dest="native", action="store_false", help=NO_NATIVE)
+    p_pub.add_argument("--rate", type=int, default=250, help="samples per second")
     p_sc = sub.add_parser("scenario")
     p_sc.add_argument("name")
     p_sc.add_argument("--raw", required=True)
     p_sc.add_argument("--seconds", type=int, default=15)
     p_sc.add_argument("--delay", type=float, default=14.0, help="s after fanbench starts")
     p_sc.add_argument("--top", type=int, default=15)
-    p_sc.add_argument(
-        "--no-native",
-        dest="native",
-        action="store_false",
-        help="Python frames only, sampled without stopping the process (--nonblocking): "
-        "no native frames, and syscalls are not over-weighted",
-    )
+    p_sc.add_argument("--no-native", dest="native", action="store_false", help=NO_NATIVE)
     p_sc.add_argument("--rate", type=int, default=250, help="samples per second")
     p_sc.add_argument("--out", default=str(gw.ROOT / "bench" / "results.jsonl"))
     p_sum = sub.add_parser("summary")
