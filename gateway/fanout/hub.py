@@ -433,38 +433,41 @@ class Hub:
                 continue
             backoff = 0.05
             self.last_progress = time.monotonic()
-            items = offers = 0
-            for feed, batch in batches.items():
-                channel = self.channels.get(feed)
-                if channel is None:
-                    continue
-                items += len(batch.items)
-                offers += len(channel.subs) * len(batch.items)
-                try:
-                    self._dispatch(channel, batch)
-                except Exception:
-                    # One feed's trouble must not stop the node's reader for all.
-                    log.exception("dispatch failed", kind=feed.kind.value)
-            if items and offers < self.LINGER_BELOW * items and self.linger > 0:
-                # Few deliveries per item: the work of each read is mostly its own
-                # overhead.  Let a little more arrive first (bounded, a few ms), so
-                # that one read takes several items.
-                await self.live.linger(self.linger)
+            linger = self._linger_after(*self._dispatch_all(batches))
+            if linger:
+                await self.live.linger(linger)
 
-    def _direct(self, feed: FeedKey, batch: Batch) -> float:
-        """A batch the store hands over while :meth:`run` waits in ``read_new`` (it
-        continues the channel's position): dispatched as if that read had returned
-        it.  Returns how long the store should hold further notifications: the
-        linger, when the batch went to few subscribers per item."""
-        channel = self.channels.get(feed)
-        if channel is None:
-            return 0.0
-        try:
-            self._dispatch(channel, batch)
-        except Exception:
-            log.exception("dispatch failed", kind=feed.kind.value)
-        # As after a read: few deliveries per item, let more gather first.
-        return self.linger if len(channel.subs) < self.LINGER_BELOW else 0.0
+    def _direct(self, batches: dict[FeedKey, Batch]) -> float:
+        """Batches the store hands over while :meth:`run` waits in ``read_new`` (each
+        continues its channel's position): dispatched as if that read had returned
+        them.  Returns how long the store should hold further notifications: the
+        linger, on the same rule as after a read."""
+        return self._linger_after(*self._dispatch_all(batches))
+
+    def _dispatch_all(self, batches: dict[FeedKey, Batch]) -> tuple[int, int]:
+        """Dispatch each feed's batch; returns the items and the offers (items times
+        subscriptions) there were."""
+        items = offers = 0
+        for feed, batch in batches.items():
+            channel = self.channels.get(feed)
+            if channel is None:
+                continue
+            items += len(batch.items)
+            offers += len(channel.subs) * len(batch.items)
+            try:
+                self._dispatch(channel, batch)
+            except Exception:
+                # One feed's trouble must not stop the node's reader for all.
+                log.exception("dispatch failed", kind=feed.kind.value)
+        return items, offers
+
+    def _linger_after(self, items: int, offers: int) -> float:
+        """Seconds to let more arrive before the next read: the linger when the items
+        went to few subscribers each (the work of each read is then mostly its own
+        overhead, so one read should take several items), else none."""
+        if items and offers < self.LINGER_BELOW * items:
+            return self.linger
+        return 0.0
 
     def _dispatch(self, channel: Channel, batch: Batch) -> None:
         if batch.gone:

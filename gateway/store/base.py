@@ -252,9 +252,9 @@ class Positions(Mapping[FeedKey, Cursor]):
     generation: int
 
 
-#: Takes a batch that continues its feed's position (see :meth:`LiveFeed.read_new`) and
-#: returns how many seconds the store should hold further notifications (0: none).
-Direct = Callable[[FeedKey, "Batch"], float]
+#: Takes batches that continue their feeds' positions (see :meth:`LiveFeed.read_new`)
+#: and returns how many seconds the store should hold further notifications (0: none).
+Direct = Callable[[dict[FeedKey, "Batch"]], float]
 
 
 class LiveFeed(abc.ABC):
@@ -275,12 +275,14 @@ class LiveFeed(abc.ABC):
         Returns an empty dict on timeout or after :meth:`wake`.  After this returns, the
         caller must call it again with updated positions to keep following.
 
-        While it waits with nothing else to do, a store may instead hand a batch of
-        items that exactly continues its feed's position (no reset, no transient
+        While it waits with nothing else to do, a store may instead hand batches of
+        items that exactly continue their feeds' positions (no reset, no transient
         message) to ``direct``, synchronously, from its own I/O callback, and keep
         waiting: the caller must be ready for that whenever this call is pending, as it
-        is for the batches this returns.  Anything else (a gap, a transient message, a
-        reset) still comes back from this call, in order.
+        is for the batches this returns, and ``direct`` must have moved the positions
+        on before it returns (``positions`` is a live view of them, not a copy: the
+        store judges the next message against it).  Anything else (a gap, a transient
+        message, a reset) still comes back from this call, in order.
         """
 
     async def linger(self, seconds: float) -> None:

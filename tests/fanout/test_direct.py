@@ -1,7 +1,8 @@
-"""``Hub._direct``: a batch the store hands over while the reader waits in ``read_new``
-is dispatched as a returned read's would be, and the hub asks the store to hold further
-notifications (its linger) only when the batch went to few subscribers per item.
-Pure logic: subscriptions write into transports that keep what they get."""
+"""``Hub._direct``: batches the store hands over while the reader waits in ``read_new``
+are dispatched as a returned read's would be, and the hub asks the store to hold further
+notifications (its linger) on the rule it applies after a read: only when the items went
+to few subscribers each.  Pure logic: subscriptions write into transports that keep what
+they get."""
 
 from __future__ import annotations
 
@@ -49,6 +50,11 @@ class Stream:
 def hub_with(subscribers: int, *, failing: int = 0) -> tuple[Hub, FeedKey, list[Kept]]:
     store = MemoryStore()
     hub = Hub(store, store, Metrics(), linger_ms=2.0)
+    return hub, *follow(hub, subscribers, failing=failing)
+
+
+def follow(hub: Hub, subscribers: int, *, failing: int = 0) -> tuple[FeedKey, list[Kept]]:
+    """A feed with ``subscribers`` live subscriptions on the hub."""
     feed = team_feed("acme", ev.team_id())
     channel = hub.channels[feed] = Channel(feed, Cursor(7, 0))
     transports = []
@@ -59,7 +65,7 @@ def hub_with(subscribers: int, *, failing: int = 0) -> tuple[Hub, FeedKey, list[
         sub.state = SubState.LIVE
         channel.subs.add(sub)
         transports.append(transport)
-    return hub, feed, transports
+    return feed, transports
 
 
 def batch(*offsets: int) -> Batch:
@@ -69,31 +75,41 @@ def batch(*offsets: int) -> Batch:
 
 def test_a_batch_handed_over_reaches_every_live_subscriber_once() -> None:
     hub, feed, transports = hub_with(3)
-    hold = hub._direct(feed, batch(1, 2))
+    hold = hub._direct({feed: batch(1, 2)})
     assert hold == pytest.approx(0.002)  # few subscribers per item: linger
     assert hub.channels[feed].position == Cursor(7, 2)
     for transport in transports:
         assert len(transport.written) == 1  # both items in one write
         assert transport.written[0].count(b'"offset":') == 2
     # The next batch continues; one that repeats what was delivered writes nothing.
-    hub._direct(feed, batch(3))
-    hub._direct(feed, batch(3))
+    hub._direct({feed: batch(3)})
+    hub._direct({feed: batch(3)})
     assert all(len(t.written) == 2 for t in transports)
 
 
 def test_a_batch_for_many_subscribers_asks_for_no_hold() -> None:
     hub, feed, transports = hub_with(Hub.LINGER_BELOW)
-    assert hub._direct(feed, batch(1)) == 0.0
+    assert hub._direct({feed: batch(1)}) == 0.0
     assert all(len(t.written) == 1 for t in transports)
+
+
+def test_the_hold_follows_all_the_batches_handed_over_together() -> None:
+    # As after a read: a busy feed handed over with a quiet one is not held back for
+    # it (offers per item over all of them decide).
+    hub, busy, _ = hub_with(Hub.LINGER_BELOW * 2)
+    quiet, _ = follow(hub, 1)
+    assert hub._direct({busy: batch(1), quiet: batch(1)}) == 0.0
+    other, _ = follow(hub, 1)
+    assert hub._direct({quiet: batch(2), other: batch(1)}) == pytest.approx(0.002)
 
 
 def test_a_feed_no_longer_followed_is_left_alone() -> None:
     hub, _, transports = hub_with(2)
-    assert hub._direct(team_feed("acme", ev.team_id()), batch(1)) == 0.0
+    assert hub._direct({team_feed("acme", ev.team_id()): batch(1)}) == 0.0
     assert all(t.written == [] for t in transports)
 
 
 def test_a_dispatch_that_fails_stays_in_the_hub() -> None:
     # The store calls this from its I/O callback: a bug must not reach it.
     hub, feed, _ = hub_with(2, failing=2)
-    assert hub._direct(feed, batch(1)) == pytest.approx(0.002)
+    assert hub._direct({feed: batch(1)}) == pytest.approx(0.002)

@@ -40,9 +40,9 @@ class ListenerLost(ConnectionError):
 #: Messages (channel, payload) in the order they were received.
 Messages = list[tuple[bytes, bytes]]
 
-#: Takes messages while the reader waits (see :meth:`Waker.wait`); returns the ones it
-#: left for the reader, in order.
-Take = Callable[[Messages], Messages]
+#: Takes messages as they arrive while the reader waits (see :meth:`Waker.wait`);
+#: returns the ones it leaves for the reader, in order.
+HandOver = Callable[[Messages], Messages]
 
 
 class Waker:
@@ -53,19 +53,19 @@ class Waker:
         self._woken = False
         #: Set only while the reader waits with nothing else to do: the listeners
         #: hand new messages to it instead of queueing them and waking the reader.
-        self.take: Take | None = None
+        self.hand_over: HandOver | None = None
 
     def wake(self) -> None:
         self._woken = True
-        self.take = None
+        self.hand_over = None
         waiter, self._waiter = self._waiter, None
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    async def wait(self, within: float, take: Take | None = None) -> None:
+    async def wait(self, within: float, hand_over: HandOver | None = None) -> None:
         """Return once woken (since the last wait) or after ``within`` seconds.
 
-        Until then, messages go to ``take`` (if given) as they arrive, from the
+        Until then, messages go to ``hand_over`` (if given) as they arrive, from the
         listener's own callback; what it leaves is queued and wakes the reader.
 
         The bound is a loop timer that resolves the waiter, not a cancel scope: the
@@ -76,11 +76,11 @@ class Waker:
             loop = asyncio.get_running_loop()
             waiter = self._waiter = loop.create_future()
             timer = loop.call_later(within, _resolve, waiter)
-            self.take = take
+            self.hand_over = hand_over
             try:
                 await waiter
             finally:
-                self.take = None
+                self.hand_over = None
                 timer.cancel()
                 if self._waiter is waiter:
                     self._waiter = None
@@ -118,6 +118,9 @@ class Listener(asyncio.Protocol):
         #: Channels the server unsubscribed us from by itself (a slot migration).
         self.dropped: list[bytes] = []
         self._authenticated = False
+        #: A hand-over failed here once (a bug, logged then): everything goes through
+        #: the reader for the rest of this connection's life.
+        self._hand_over_failed = False
 
     # -- asyncio.Protocol ------------------------------------------------------------
 
@@ -152,14 +155,16 @@ class Listener(asyncio.Protocol):
                 self._replies.append(reply)
         messages = self.messages
         if arrived:
-            take = self._waker.take
-            if take is not None and not messages:
+            hand_over = self._waker.hand_over
+            if hand_over is not None and not messages and not self._hand_over_failed:
                 try:
-                    arrived = take(arrived)
+                    arrived = hand_over(arrived)
                 except Exception:
                     # Left to the reader, which meets the same trouble where it is
-                    # reported (and the connection stays up).
-                    log.exception("taking live messages failed; the reader reads them")
+                    # reported (and the connection stays up); logged once, not at
+                    # the rate of events.
+                    self._hand_over_failed = True
+                    log.exception("handing live messages over failed; the reader takes them")
             if arrived:
                 messages.extend(arrived)
                 news = True

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import anyio
@@ -28,7 +28,7 @@ from gateway.feed import FeedKey, StoredItem
 from gateway.store.base import Batch, Direct, LiveFeed, Positions
 from gateway.store.redis.connection import ListenerAddress, RedisConnection, translate
 from gateway.store.redis.feeds import RedisFeeds, stored_item
-from gateway.store.redis.listener import Listener, Messages, Waker
+from gateway.store.redis.listener import HandOver, Listener, Messages, Waker
 from gateway.store.redis.listener import connect as connect_listener
 
 #: What one wait for messages returns: items per feed, feeds to read from their stream,
@@ -75,12 +75,12 @@ class RedisLive(LiveFeed):
         self._waiters: dict[FeedKey, anyio.Event] = {}
         #: The timer that ends a hold of the listeners (see linger), while one lasts.
         self._release: asyncio.TimerHandle | None = None
-        #: Batches handed to a reader's ``direct`` taker (for tests).
-        self.taken_directly = 0
-        #: When messages were last taken directly, and how many a hold of the asked
-        #: length would gather at the recent rate (smoothed): see _take_directly.
-        self._last_take = 0.0
-        self._per_hold = 0.0
+        #: Batches handed over to a reader's ``direct`` (counted for tests).
+        self.handed_over = 0
+        #: When messages were last handed over, and the recent rate of messages per
+        #: second, smoothed (see _worth_holding).
+        self._last_hand_over = 0.0
+        self._rate = 0.0
 
     async def broadcast(self, feed: FeedKey, data: bytes) -> None:
         # On the feed's own channel, marked so readers tell it from the append step's
@@ -96,10 +96,13 @@ class RedisLive(LiveFeed):
         await self.conn.wake()
 
     async def linger(self, seconds: float) -> None:
-        # Returns at once: the next read_new waits, and the held messages reach it (or
-        # its direct taker) when the hold ends.
+        # The hub asks after a read that returned items (the rarer path: most items
+        # are handed over, where the rate decides, see _worth_holding).  Returns at
+        # once: the next read_new waits, and the held messages reach it (or its
+        # direct) when the hold ends.
         self._hold(seconds)
 
+    @property
     def reading(self) -> bool:
         """Whether every listener reads now (False while a hold lasts)."""
         return all(listener.reading for listener in self._listeners.values())
@@ -341,11 +344,11 @@ class RedisLive(LiveFeed):
             if sweep:
                 self._last_sweep = now
                 return pushed, todo, stamps, transient
-            take = None
+            hand_over = None
             if direct is not None:
-                take = functools.partial(self._take_directly, positions, direct)
+                hand_over = functools.partial(self._hand_over, positions, direct)
             await self._gather(
-                positions, pushed, todo, stamps, transient, now + block_ms / 1000, take
+                positions, pushed, todo, stamps, transient, now + block_ms / 1000, hand_over
             )
         except BaseException as exc:
             # A listener failed (or we were cancelled mid-read): start over with fresh
@@ -405,16 +408,16 @@ class RedisLive(LiveFeed):
         stamps: dict[FeedKey, float],
         transient: dict[FeedKey, list[tuple[int, bytes]]],
         deadline: float,
-        take: Callable[[Messages], Messages] | None = None,
+        hand_over: HandOver | None = None,
     ) -> None:
         """Wait (at most until ``deadline``) for messages, then take all that are there.
 
-        While it waits, ``take`` (if given) takes the messages as they arrive."""
+        While it waits, messages go to ``hand_over`` (if given) as they arrive."""
         seen: dict[FeedKey, Cursor] = {}
         for _ in range(1000):  # bounded; each round waits or takes messages
             waiting = any(listener.messages for listener in self._listeners.values())
             if not todo and not self.conn.woken and not waiting:
-                await self._waker.wait(max(0.0, deadline - time.monotonic()), take)
+                await self._waker.wait(max(0.0, deadline - time.monotonic()), hand_over)
             woken = self.conn.woken
             for listener in list(self._listeners.values()):
                 if listener.failed is not None:
@@ -426,34 +429,39 @@ class RedisLive(LiveFeed):
             if pushed or todo or transient or woken or time.monotonic() >= deadline:
                 return
 
-    def _take_directly(
+    def _hand_over(
         self, positions: Mapping[FeedKey, Cursor], direct: Direct, messages: Messages
     ) -> Messages:
-        """Messages that arrived while the reader waits with nothing else to do: hand
-        each feed's items that continue its position to ``direct`` as one batch, and
-        leave the rest to the reader, in order (a feed's messages from the first one
-        not taken on: a gap, a transient message; every message while a reset, a
-        server change or a wake-up is pending).
+        """Messages that arrived while the reader waits with nothing else to do: give
+        ``direct`` each feed's items that continue its position, one batch per feed,
+        and leave the rest to the reader, in order: a feed's messages from the first
+        one not handed over (a gap, a transient message, a reset pending for it), and
+        every message while a server change or a wake-up is pending.
 
-        ``positions`` is the reader's live view, so a position moves as soon as
-        ``direct`` delivers."""
+        ``positions`` is the reader's live view: ``direct`` moves it on.  Then holds
+        the listeners for as long as ``direct`` asks, if the rate makes it pay
+        (:meth:`_worth_holding`) and this was not a large read (more is likely
+        waiting: read on at once)."""
         conn = self.conn
-        if conn.woken or conn.suspect or conn.pending_resets:
+        if conn.woken or conn.suspect:
             return messages
+        resets = conn.pending_resets
         feeds_by_key = self._feeds_by_key
         left: Messages = []
         refused: set[FeedKey] = set()
-        batches: dict[FeedKey, tuple[list[StoredItem], float]] = {}
+        batches: dict[FeedKey, Batch] = {}
+        size = 0
         for channel, payload in messages:
+            size += len(payload)
             feed = feeds_by_key.get(channel)
             if feed is None:
                 continue  # not followed (any more): the reader would drop it too
-            if feed in refused or payload.startswith(TRANSIENT_MARK):
+            if feed in refused or feed in resets or payload.startswith(TRANSIENT_MARK):
                 refused.add(feed)
                 left.append((channel, payload))
                 continue
-            taken = batches.get(feed)
-            pos = taken[0][-1].cursor if taken is not None else positions.get(feed)
+            batch = batches.get(feed)
+            pos = batch.items[-1].cursor if batch is not None else positions.get(feed)
             if pos is None:
                 continue
             fresh, appended, continues = _after(payload, pos)
@@ -465,33 +473,40 @@ class RedisLive(LiveFeed):
                 refused.add(feed)
                 left.append((channel, payload))
                 continue
-            if taken is None:
-                batches[feed] = (fresh, appended)
+            if batch is None:
+                batches[feed] = Batch(fresh, appended=appended)
             else:
-                taken[0].extend(fresh)
-                batches[feed] = (taken[0], appended)
-        hold = 0.0
-        for feed, (items, appended) in batches.items():
-            self.taken_directly += 1
-            hold = max(hold, direct(feed, Batch(items, appended=appended)))
-        if batches and self._worth_holding(len(messages) - len(left), hold, time.monotonic()):
-            self._hold(hold)
+                batch.items.extend(fresh)
+                batch.appended = appended
+        self._arrived(len(messages), time.monotonic())
+        if batches:
+            self.handed_over += len(batches)
+            hold = direct(batches)
+            if hold and size < self.LARGE_READ and self._worth_holding(hold):
+                self._hold(hold)
         return left
 
     #: A hold pays when it gathers at least this many messages on average: its timer
     #: wake-up costs more than the wake-up a lone message brings (measured on a KVM
     #: guest: holding lost below ~500 messages a second to the node, won from ~1,000).
     HOLD_GATHERS = 1.5
+    #: Payload bytes handed over at once past which no hold is taken: a read this
+    #: large suggests more is waiting in the socket (the transport reads at most
+    #: 256 KiB at a time), and a hold would slow a backlog down to a read per hold.
+    LARGE_READ = 64 * 1024
 
-    def _worth_holding(self, taken: int, hold: float, now: float) -> bool:
-        """Whether to hold the listeners for ``hold`` seconds after ``taken`` messages
-        were taken directly at ``now``: only when messages come so often that a hold
-        would gather :data:`HOLD_GATHERS` or more (the recent rate, smoothed over a
-        few takes), so that sparse traffic is not woken twice per message."""
-        elapsed = max(now - self._last_take, 1e-6)
-        self._last_take = now
-        self._per_hold = 0.5 * self._per_hold + 0.5 * min(taken * hold / elapsed, 100.0)
-        return hold > 0 and self._per_hold >= self.HOLD_GATHERS
+    def _arrived(self, received: int, now: float) -> None:
+        """``received`` messages arrived at ``now``: the recent rate of messages per
+        second, smoothed over a few hand-overs."""
+        elapsed = max(now - self._last_hand_over, 1e-6)
+        self._last_hand_over = now
+        self._rate = 0.5 * self._rate + 0.5 * min(received / elapsed, 1e6)
+
+    def _worth_holding(self, hold: float) -> bool:
+        """Whether a hold of ``hold`` seconds would gather :data:`HOLD_GATHERS`
+        messages or more at the recent rate: sparse traffic is not woken twice per
+        message."""
+        return self._rate * hold >= self.HOLD_GATHERS
 
     def _take(
         self,
