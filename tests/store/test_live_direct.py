@@ -10,10 +10,10 @@ real ``redis-server``, and once through a whole node.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 
 import anyio
-import anyio.abc
 import httpx
 import pytest
 import redis.asyncio as aioredis
@@ -85,12 +85,16 @@ class Direct:
                 await self._arrived.wait()
 
 
-async def followed(backend: Backend, f: FeedKey, n: int = 1) -> dict[FeedKey, Cursor]:
-    """``f`` with ``n`` items, followed by the live reader (subscribed and swept)."""
+async def follow(
+    backend: Backend, n: int = 1, hold: float = 0.0
+) -> tuple[FeedKey, dict[FeedKey, Cursor], Direct]:
+    """A feed with ``n`` items, followed by the live reader (subscribed and swept),
+    its positions, and a ``direct`` that asks for ``hold``."""
+    f = feed()
     r = await backend.feeds.append(f, items(n), retention=100)
     positions = {f: r.state.head_cursor}
     assert await backend.live.read_new(positions, count=100, block_ms=100) == {}
-    return positions
+    return f, positions, Direct(positions, hold)
 
 
 class WaitingRead:
@@ -103,10 +107,13 @@ class WaitingRead:
         self.error: Exception | None = None
         self._done = anyio.Event()
 
-    async def start(self, tg: anyio.abc.TaskGroup) -> WaitingRead:
-        tg.start_soon(self._read)
-        await anyio.wait_all_tasks_blocked()  # waiting in read_new now
-        return self
+    @contextlib.asynccontextmanager
+    async def started(self) -> AsyncIterator[WaitingRead]:
+        """The read runs (and waits in read_new) inside the block."""
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._read)
+            await anyio.wait_all_tasks_blocked()
+            yield self
 
     async def _read(self) -> None:
         try:
@@ -131,11 +138,8 @@ class WaitingRead:
 async def test_items_that_continue_the_position_are_handed_over_while_the_read_waits(
     backend: Backend,
 ) -> None:
-    f = feed()
-    positions = await followed(backend, f)
-    direct = Direct(positions)
-    async with anyio.create_task_group() as tg:
-        read = await WaitingRead(backend, positions, direct).start(tg)
+    f, positions, direct = await follow(backend)
+    async with WaitingRead(backend, positions, direct).started() as read:
         await backend.feeds.append(f, items(2), retention=100)
         await backend.feeds.append(f, items(1), retention=100)
         await direct.until(f, 3)
@@ -147,14 +151,11 @@ async def test_items_that_continue_the_position_are_handed_over_while_the_read_w
 
 
 async def test_a_gap_is_left_to_the_read_which_reads_the_stream(backend: Backend) -> None:
-    f = feed()
-    positions = await followed(backend, f, 2)
+    f, positions, direct = await follow(backend, 2)
     epoch = positions[f].epoch
     # The node missed item 2's notification: its position is still 1.
     positions[f] = Cursor(epoch, 1)
-    direct = Direct(positions)
-    async with anyio.create_task_group() as tg:
-        read = await WaitingRead(backend, positions, direct).start(tg)
+    async with WaitingRead(backend, positions, direct).started() as read:
         await backend.feeds.append(f, items(1), retention=100)
         got = await read.result()
     # Item 3's message does not continue position 1: the read took it and read the
@@ -166,11 +167,8 @@ async def test_a_gap_is_left_to_the_read_which_reads_the_stream(backend: Backend
 async def test_a_transient_message_and_the_items_after_it_keep_their_order(
     backend: Backend,
 ) -> None:
-    f = feed()
-    positions = await followed(backend, f)
-    direct = Direct(positions)
-    async with anyio.create_task_group() as tg:
-        read = await WaitingRead(backend, positions, direct).start(tg)
+    f, positions, direct = await follow(backend)
+    async with WaitingRead(backend, positions, direct).started() as read:
         await backend.live.broadcast(f, b"typing")
         await backend.feeds.append(f, items(1), retention=100)
         got = (await read.result())[f]
@@ -190,12 +188,9 @@ async def test_a_transient_message_and_the_items_after_it_keep_their_order(
 async def test_while_the_reader_has_something_pending_messages_go_to_it(
     backend: Backend, pending: str
 ) -> None:
-    f = feed()
-    positions = await followed(backend, f)
-    direct = Direct(positions)
+    f, positions, direct = await follow(backend)
     conn = redis_feeds(backend).conn
-    async with anyio.create_task_group() as tg:
-        read = await WaitingRead(backend, positions, direct).start(tg)
+    async with WaitingRead(backend, positions, direct).started() as read:
         # Set without waking the reader (a publish does the two in turn), so only the
         # hand-over's refusal sends the message its way.
         if pending == "server change":
@@ -217,16 +212,13 @@ async def test_while_the_reader_has_something_pending_messages_go_to_it(
 async def test_a_reset_pending_for_another_feed_does_not_stop_the_hand_over(
     backend: Backend,
 ) -> None:
-    f = feed()
-    positions = await followed(backend, f)
-    direct = Direct(positions)
+    f, positions, direct = await follow(backend)
     # A rotation found for a feed this node does not follow stays pending (only a
     # reader that follows it takes it): it must not turn the hand-over off.
     other = feed()
     r = await backend.feeds.append(other, items(1), retention=100)
     redis_feeds(backend).conn.pending_resets[other] = r.state
-    async with anyio.create_task_group() as tg:
-        read = await WaitingRead(backend, positions, direct).start(tg)
+    async with WaitingRead(backend, positions, direct).started() as read:
         await backend.feeds.append(f, items(1), retention=100)
         await direct.until(f, 1)
         assert read.returned == []
@@ -234,13 +226,10 @@ async def test_a_reset_pending_for_another_feed_does_not_stop_the_hand_over(
 
 
 async def test_a_hold_keeps_the_listeners_from_reading_until_it_ends(backend: Backend) -> None:
-    f = feed()
-    positions = await followed(backend, f)
+    f, positions, direct = await follow(backend, hold=0.3)
     live = live_of(backend)
     live.HOLD_GATHERS = 0  # hold whatever the rate (the rate rule is tested below)
-    direct = Direct(positions, hold=0.3)
-    async with anyio.create_task_group() as tg:
-        await WaitingRead(backend, positions, direct).start(tg)
+    async with WaitingRead(backend, positions, direct).started():
         await backend.feeds.append(f, items(1), retention=100)
         await direct.until(f, 1)
         # The hand-over asked for a hold: nothing is read until it ends ...
@@ -259,14 +248,11 @@ async def test_a_hold_keeps_the_listeners_from_reading_until_it_ends(backend: Ba
 
 
 async def test_no_hold_after_a_large_read(backend: Backend) -> None:
-    f = feed()
-    positions = await followed(backend, f)
+    f, positions, direct = await follow(backend, hold=30)
     live = live_of(backend)
     live.HOLD_GATHERS = 0
     live.LARGE_READ = 1  # every read is large here: more is likely waiting
-    direct = Direct(positions, hold=30)
-    async with anyio.create_task_group() as tg:
-        await WaitingRead(backend, positions, direct).start(tg)
+    async with WaitingRead(backend, positions, direct).started():
         await backend.feeds.append(f, items(1), retention=100)
         await direct.until(f, 1)
         assert live.reading
@@ -278,15 +264,12 @@ async def test_no_hold_after_a_large_read(backend: Backend) -> None:
 async def test_a_listener_lost_during_a_hold_is_replaced_and_nothing_is_missed(
     backend: Backend, redis_url: str
 ) -> None:
-    f = feed()
-    positions = await followed(backend, f)
+    f, positions, direct = await follow(backend, hold=0.2)
     live = live_of(backend)
     live.HOLD_GATHERS = 0
-    direct = Direct(positions, hold=0.2)
     admin = aioredis.Redis.from_url(redis_url)
     try:
-        async with anyio.create_task_group() as tg:
-            read = await WaitingRead(backend, positions, direct).start(tg)
+        async with WaitingRead(backend, positions, direct).started() as read:
             await backend.feeds.append(f, items(1), retention=100)
             await direct.until(f, 1)
             assert not live.reading
