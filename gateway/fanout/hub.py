@@ -548,7 +548,9 @@ class Hub:
         channel.position = items[-1].cursor
         encoded: dict[str, _Encoded] = {}
         live = SubState.LIVE
-        for sub in channel.subs:
+        # Over a copy: a subscription taken off the live path tells its owner at once
+        # (Subscription.notify), which may close it, and so leave the set, meanwhile.
+        for sub in tuple(channel.subs):
             if sub.state is not live:
                 continue
             enc = encoded.get(sub.fmt.name)

@@ -21,14 +21,16 @@ from tests.support import events as ev
 
 
 class Kept:
-    """A transport whose kernel takes every write at once; keeps what was written."""
+    """A transport whose kernel takes every write at once (unless told it ``held``
+    bytes already); keeps what was written."""
 
     def __init__(self, fail: bool = False) -> None:
         self.written: list[bytes] = []
         self.fail = fail
+        self.held = 0
 
     def get_write_buffer_size(self) -> int:
-        return 0
+        return self.held
 
     def is_closing(self) -> bool:
         return False
@@ -113,3 +115,17 @@ def test_a_dispatch_that_fails_stays_in_the_hub() -> None:
     # The store calls this from its I/O callback: a bug must not reach it.
     hub, feed, _ = hub_with(2, failing=2)
     assert hub._direct({feed: batch(1)}) == pytest.approx(0.002)
+
+
+def test_a_subscription_its_owner_closes_during_a_dispatch_does_not_stop_it() -> None:
+    # A refused write takes a subscription off the live path and tells its owner at
+    # once; an owner whose connection is already gone closes it on the spot, which
+    # takes it out of the channel while the dispatch goes round the others.
+    hub, feed, transports = hub_with(4)
+    for sub in hub.channels[feed].subs:
+        if sub.outbox is not None and sub.outbox._transport is transports[0]:
+            transports[0].held = 10**9  # over its bound: the write is refused
+            sub.notify = hub.close
+    hub._direct({feed: batch(1)})
+    assert [len(t.written) for t in transports] == [0, 1, 1, 1]
+    assert len(hub.channels[feed].subs) == 3
