@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -159,12 +160,17 @@ def summarise(path: Path, kind: str, top: int) -> str:
     return "\n".join(lines)
 
 
+def spy_args(pid: int, raw: Path | str, seconds: int, native: bool, rate: int) -> list[str]:
+    """The py-spy command that records ``pid`` into ``raw`` (collapsed stacks)."""
+    mode = "--native" if native else "--nonblocking"
+    args = [PYSPY, "record", mode, "-r", str(rate), "-d", str(seconds)]
+    return [*args, "-f", "raw", "-o", str(raw), "-p", str(pid)]
+
+
 def record(
     pid: int, raw: Path, seconds: int, native: bool = True, rate: int = 250
 ) -> subprocess.Popen[bytes]:
-    mode = "--native" if native else "--nonblocking"
-    args = ["taskset", "-c", "1", PYSPY, "record", mode, "-r", str(rate), "-d", str(seconds)]
-    args += ["-f", "raw", "-o", str(raw), "-p", str(pid)]
+    args = ["taskset", "-c", "1", *spy_args(pid, raw, seconds, native, rate)]
     return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
@@ -222,9 +228,8 @@ def profile_scenario(ns: argparse.Namespace) -> int:
 
     @contextlib.contextmanager
     def spy_later(stack: gw.Stack) -> Iterator[None]:
-        mode = "--native" if ns.native else "--nonblocking"
-        args = ["sh", "-c", f"sleep {ns.delay} && exec {PYSPY} record {mode} -r {ns.rate} "]
-        args[-1] += f"-d {ns.seconds} -f raw -o {ns.raw} -p {stack.gateway.pid}"
+        spy = spy_args(stack.gateway.pid, ns.raw, ns.seconds, ns.native, ns.rate)
+        args = ["sh", "-c", f"sleep {ns.delay} && exec {shlex.join(spy)}"]
         spy = subprocess.Popen(["taskset", "-c", "1", *args], stderr=subprocess.PIPE)
         spies.append(spy)
         try:
@@ -254,16 +259,15 @@ def main() -> int:
     p_pub.add_argument("--rows", default="1x1")
     p_pub.add_argument("--seconds", type=int, default=15)
     p_pub.add_argument("--top", type=int, default=15)
-    p_pub.add_argument("--no-native", dest="native", action="store_false", help=NO_NATIVE)
-    p_pub.add_argument("--rate", type=int, default=250, help="samples per second")
     p_sc = sub.add_parser("scenario")
     p_sc.add_argument("name")
     p_sc.add_argument("--raw", required=True)
     p_sc.add_argument("--seconds", type=int, default=15)
     p_sc.add_argument("--delay", type=float, default=14.0, help="s after fanbench starts")
     p_sc.add_argument("--top", type=int, default=15)
-    p_sc.add_argument("--no-native", dest="native", action="store_false", help=NO_NATIVE)
-    p_sc.add_argument("--rate", type=int, default=250, help="samples per second")
+    for p in (p_pub, p_sc):
+        p.add_argument("--no-native", dest="native", action="store_false", help=NO_NATIVE)
+        p.add_argument("--rate", type=int, default=250, help="samples per second")
     p_sc.add_argument("--out", default=str(gw.ROOT / "bench" / "results.jsonl"))
     p_sum = sub.add_parser("summary")
     p_sum.add_argument("raw")
