@@ -254,7 +254,7 @@ class Positions(Mapping[FeedKey, Cursor]):
 
 #: Takes batches that continue their feeds' positions (see :meth:`LiveFeed.read_new`)
 #: and returns how many seconds the store should hold further notifications (0: none).
-Direct = Callable[[dict[FeedKey, "Batch"]], float]
+Direct = Callable[[dict[FeedKey, Batch]], float]
 
 
 class LiveFeed(abc.ABC):

@@ -180,7 +180,7 @@ class RedisLive(LiveFeed):
         and every followed feed on a periodic sweep and after a listener was replaced.
 
         While this waits with nothing else to do, messages whose items continue their
-        feed's position go to ``direct`` as they arrive (:meth:`_take_directly`).
+        feed's position go to ``direct`` as they arrive (:meth:`_hand_over`).
         """
         resets = {
             feed: Batch([], reset=self.conn.pending_resets.pop(feed))
