@@ -174,13 +174,22 @@ async def test_gateway_demo_stops_cleanly_on_ctrl_c() -> None:
     # demo had written by then (not a bare TimeoutError).
     async with start_node(None) as node:
         command = [sys.executable, "-m", "gateway.demo", "--url", node.url, "--rate", "50"]
-        process = await anyio.open_process(
-            [*command, "--token", token()],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=env,
-        )
+        # A child of a non-interactive shell's background job inherits SIGINT ignored
+        # (see tests/test_cli.py), and Python then installs no KeyboardInterrupt
+        # handler: the demo would never see the Ctrl-C.  A signal with a handler is
+        # reset to the default at exec, so the child starts as a terminal would start
+        # it.  (anyio's open_process takes no preexec_fn.)
+        previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            process = await anyio.open_process(
+                [*command, "--token", token()],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=env,
+            )
+        finally:
+            signal.signal(signal.SIGINT, previous)
         async with process:
             assert process.stderr is not None
             with anyio.move_on_after(STEP):
