@@ -43,6 +43,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import redis
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import run as gw
@@ -176,8 +178,6 @@ def publish(redis_port: int, feeds: int, rate: float, seconds: float, payload: b
     """PUBLISH ``rate`` messages a second for ``seconds`` (channel k % feeds), paced as
     fanbench paces its publisher (sleep until the next one is due; those due meanwhile
     go in one pipeline); returns how many were sent."""
-    import redis
-
     client = redis.Redis(port=redis_port)
     names = [b"f%d" % k for k in range(feeds)]
     start = time.monotonic()
@@ -210,13 +210,11 @@ def measure(
     redis_port, sink_port = gw.free_port(), gw.free_port()
     procs: list[subprocess.Popen[str]] = []
     try:
-        redis_args = ["--port", str(redis_port), "--bind", "127.0.0.1", "--save", ""]
-        redis_args += ["--appendonly", "no", "--dir", str(workdir)]
-        redis_args += ["--logfile", str(workdir / "redis.log")]
+        redis_log = ["--logfile", str(workdir / "redis.log")]
         procs.append(
-            subprocess.Popen(["taskset", "-c", "1", "redis-server", *redis_args], text=True)
+            subprocess.Popen([*gw.redis_command(redis_port, workdir), *redis_log], text=True)
         )
-        gw.wait_for(lambda: __import__("redis").Redis(port=redis_port).ping(), "redis")
+        gw.wait_for(redis.Redis(port=redis_port).ping, "redis")
         me = [sys.executable, str(Path(__file__).resolve())]
         sink = subprocess.Popen(
             ["taskset", "-c", "1", *me, "--sink", str(sink_port)], stdout=subprocess.PIPE, text=True

@@ -122,23 +122,7 @@ def fanbench(args: list[str], out: Path, label: str) -> dict[str, object]:
 
 def run_socketio(sc: gw.Scenario, peers: Path, out: Path, workdir: Path) -> dict[str, object]:
     rport, port = gw.free_port(), gw.free_port()
-    redis_args = [
-        "taskset",
-        "-c",
-        "1",
-        "redis-server",
-        "--port",
-        str(rport),
-        "--bind",
-        "127.0.0.1",
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-        "--dir",
-        str(workdir),
-    ]
-    with process(redis_args, workdir / "redis.log") as redis:
+    with process(gw.redis_command(rport, workdir), workdir / "redis.log") as redis:
         wait_port(rport, "redis")
         env = {**os.environ, "REDIS_URL": f"redis://127.0.0.1:{rport}", "PORT": str(port)}
         node = ["taskset", "-c", "0", "node", "server.js"]

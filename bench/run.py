@@ -155,6 +155,26 @@ def wait_for(check: object, what: str, timeout: float = 20.0) -> None:
     raise RuntimeError(f"{what} did not come up within {timeout}s")
 
 
+def redis_command(port: int, workdir: Path) -> list[str]:
+    """A benchmark's own ``redis-server`` on CPU 1 (the load side), nothing persisted."""
+    return [
+        "taskset",
+        "-c",
+        "1",
+        "redis-server",
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--dir",
+        str(workdir),
+    ]
+
+
 class Stack:
     """Redis and one gateway node, pinned; stopped on exit."""
 
@@ -171,26 +191,8 @@ class Stack:
         return f"redis://127.0.0.1:{self.redis_port}/0"
 
     def start(self) -> None:
-        redis = subprocess.Popen(
-            [
-                "taskset",
-                "-c",
-                "1",
-                "redis-server",
-                "--port",
-                str(self.redis_port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                str(self.workdir),
-                "--logfile",
-                str(self.workdir / "redis.log"),
-            ],
-        )
+        logfile = ["--logfile", str(self.workdir / "redis.log")]
+        redis = subprocess.Popen([*redis_command(self.redis_port, self.workdir), *logfile])
         self.procs.append(redis)
         self.redis = redis
         import redis as redis_lib

@@ -366,8 +366,7 @@ async def test_a_node_hands_live_items_over_in_order(redis_url: str, redis_prefi
         start_node(redis_url, redis_prefix) as node,
         httpx.AsyncClient(base_url=node.url, timeout=10) as client,
     ):
-        live = node.backend.live
-        assert isinstance(live, RedisLive)
+        live = live_of(node.backend)
         team = ev.team_id()
         r = await client.post(f"/v1/teams/{team}/events", json=ev.item(), headers=auth())
         assert r.status_code == 200
