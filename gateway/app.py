@@ -15,6 +15,7 @@ import anyio
 import anyio.abc
 import structlog
 
+from gateway import native
 from gateway.activity import FeedActivity
 from gateway.auth import Authenticator
 from gateway.config import Settings
@@ -290,6 +291,7 @@ async def serve(
                 url=node.url,
                 log=node.backend.name,
                 keepalive_seconds=settings.keepalive_seconds,
+                compiled_hot_path=native.status(),
             )
             async with anyio.create_task_group() as companions:
                 if beside is not None:

@@ -9,7 +9,6 @@ is still running when a test ends is killed.
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import signal
 import subprocess
@@ -26,6 +25,7 @@ from gateway.auth import Authenticator, mint
 from gateway.config import ENV_ONLY, SETTINGS_HELP, Settings, env_name, flag_name
 from gateway.errors import Unauthenticated
 from tests.support import events as ev
+from tests.support.env import without_settings
 from tests.support.redis_server import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,7 +36,7 @@ STOP_DEADLINE = 15.0
 
 
 def clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
+    env = without_settings()
     env.update(extra)
     return env
 

@@ -25,6 +25,7 @@ import pytest
 from gateway import devmode
 from gateway.auth import mint
 from gateway.config import Settings
+from tests.support.env import without_settings
 from tests.support.redis_server import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,7 +35,7 @@ URL_LINE = re.compile(r"^http://127\.0\.0\.1:(\d+)/console/#token=([\w.-]+)$")
 
 
 def clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
+    env = without_settings()
     env.update(extra)
     return env
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -40,6 +39,7 @@ from websockets.typing import Subprotocol
 from gateway.client import Event, FeedClient
 from tests.support import events as ev
 from tests.support.balancer import Balancer
+from tests.support.env import without_settings
 from tests.support.node import SECRET, auth, token
 from tests.support.redis_server import free_port
 from tests.support.wait import until
@@ -88,7 +88,7 @@ class Node:
 
 
 def _env(redis_url: str, prefix: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
+    env = without_settings()
     env.update(
         GATEWAY_REDIS_URL=redis_url,
         GATEWAY_REDIS_PREFIX=prefix,

@@ -15,6 +15,7 @@ import functools
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
+from typing import ClassVar
 
 import anyio
 import structlog
@@ -84,7 +85,9 @@ class _Positions(Positions):
     """The channels' positions as a read-only mapping, without copying them.  The hub
     bumps :attr:`generation` whenever it adds or removes a channel."""
 
-    __slots__ = ("_channels", "generation")
+    # Declared here as well as on Positions: a compiled class (gateway/native.py) lays
+    # out the attributes it declares.
+    generation: int
 
     def __init__(self, channels: dict[FeedKey, Channel]) -> None:
         self._channels = channels
@@ -92,6 +95,12 @@ class _Positions(Positions):
 
     def __getitem__(self, feed: FeedKey) -> Cursor:
         return self._channels[feed].position
+
+    def get(self, feed: FeedKey, default: Cursor | None = None) -> Cursor | None:  # type: ignore[override]
+        # Mapping's own goes through __getitem__ and a KeyError: this is the hand-over's
+        # lookup of every message.
+        channel = self._channels.get(feed)
+        return default if channel is None else channel.position
 
     def __contains__(self, feed: object) -> bool:
         return feed in self._channels
@@ -108,7 +117,7 @@ class Hub:
 
     #: Linger before the next read when the last one fanned out to fewer subscribers
     #: than this per item (many small feeds); never when items go to many subscribers.
-    LINGER_BELOW = 50
+    LINGER_BELOW: ClassVar[int] = 50
 
     def __init__(
         self,

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import signal
 import subprocess
@@ -36,6 +35,7 @@ import anyio
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.support.env import without_settings
 from tests.support.node import SECRET
 from tests.support.redis_server import free_port
 
@@ -57,7 +57,7 @@ def _sigint_default() -> None:
 
 def base_env(extra: Mapping[str, str]) -> dict[str, str]:
     """The process environment of a node: no inherited ``GATEWAY_*``, test defaults, ``extra``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
+    env = without_settings()
     env.update(
         GATEWAY_JWT_SECRET=SECRET,
         GATEWAY_LOG_FORMAT="json",

@@ -24,17 +24,13 @@ import hiredis
 import structlog
 
 from gateway.store.redis.connection import ListenerAddress
-from gateway.store.redis.resp import auth, open_raw, pack, refused
+from gateway.store.redis.resp import ListenerLost, auth, open_raw, pack, refused
 
 log = structlog.get_logger("gateway.store")
 
 #: Most messages held before the reader takes them; past it the listener gives up (the
 #: owner re-reads the streams, which hold everything), so memory stays bounded.
 MAX_PENDING = 100_000
-
-
-class ListenerLost(ConnectionError):
-    """The listening connection failed or fell too far behind; replace it."""
 
 
 #: Messages (channel, payload) in the order they were received.

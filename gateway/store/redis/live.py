@@ -250,9 +250,10 @@ class RedisLive(LiveFeed):
                 out[feed] = Batch([], reset=await self.feeds.rebase(feed))
         return out
 
-    async def _xread(self, streams: dict[bytes, bytes], count: int) -> list[tuple[bytes, Any]]:
+    async def _xread(self, streams: dict[bytes, bytes], count: int) -> list[Any]:
         """New entries of each stream after its position: one XREAD (streams of one
-        server), or on a cluster one per stream in one pipeline (split by shard)."""
+        server), or on a cluster one per stream in one pipeline (split by shard).  Each
+        is ``[key, entries]`` (a list, not a tuple: compiled code checks the type)."""
         if not self.conn.cluster:
             reply = await self._redis.xread(streams, count=count)
             return list(reply or ())
