@@ -4,13 +4,14 @@ Compiles the modules listed under ``[tool.hatch.build.targets.wheel.hooks.custom
 modules`` with mypyc and ships them, with a manifest, in a ``gateway_native/``
 directory beside the package (in the wheel, and in the editable install that
 ``uv sync`` makes).  ``gateway/native.py`` loads them in place of the same-named
-pure-Python modules only while every one of those sources is byte-identical to what
-was compiled, and never with ``GATEWAY_PURE_PYTHON=1``; the pure-Python modules are
-the fallback and stay the source of truth.
+pure-Python modules only while every source of the package is byte-identical to what
+was compiled (the compiled code also relies on the types and constants of the modules
+it imports), and never with ``GATEWAY_PURE_PYTHON=1``; the pure-Python modules are the
+fallback and stay the source of truth.
 
-``GATEWAY_BUILD_NATIVE=0`` builds without compiling.  A failed compile is reported
-and the package is built without the compiled modules: installing never fails for
-want of a compiler.
+``GATEWAY_BUILD_NATIVE=0`` builds without compiling (and without the build
+dependencies).  A failed compile is reported and the package is built without the
+compiled modules: installing never fails for want of a compiler.
 """
 
 from __future__ import annotations
@@ -28,10 +29,17 @@ from typing import Any
 
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
-#: What the compile runs in the build environment (mypy and setuptools are the hook's
-#: build dependencies).  The gateway's own dependencies are not installed there, so
-#: their types are unknown (Any) to the compile: it checks nothing, it only compiles.
+#: What the compile needs in the build environment, pinned: the mypy of uv.lock.
+BUILD_DEPENDENCIES = ["mypy==2.4.1", "setuptools==84.2.1"]
+
+#: Most seconds the compile may take before the package is built without it.
+COMPILE_SECONDS = 900
+
+#: What the compile runs in the build environment.  The gateway's own dependencies are
+#: not installed there, so their types are unknown (Any) to the compile, and no user or
+#: project mypy configuration applies: it checks nothing, it only compiles.
 _COMPILE = """
+import os
 import sys
 from setuptools import setup
 from mypyc.build import mypycify
@@ -42,7 +50,12 @@ setup(
     py_modules=[],
     packages=[],
     ext_modules=mypycify(
-        ["--ignore-missing-imports", "--follow-imports=silent", *modules],
+        [
+            "--config-file=" + os.devnull,
+            "--ignore-missing-imports",
+            "--follow-imports=silent",
+            *modules,
+        ],
         opt_level="3",
         group_name="gateway_native_rt",
     ),
@@ -53,19 +66,32 @@ setup(
 NATIVE_DIR = "gateway_native"
 
 
+def _enabled() -> bool:
+    return os.environ.get("GATEWAY_BUILD_NATIVE", "1") != "0"
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 class CustomBuildHook(BuildHookInterface):  # type: ignore[type-arg]
+    def dependencies(self) -> list[str]:
+        return list(BUILD_DEPENDENCIES) if _enabled() else []
+
     def initialize(self, version: str, build_data: dict[str, Any]) -> None:
-        if os.environ.get("GATEWAY_BUILD_NATIVE", "1") == "0":
+        self._out: Path | None = None
+        if not _enabled():
             return
         modules: list[str] = list(self.config.get("modules", []))
         if not modules:
             return
         root = Path(self.root)
-        out = Path(self.directory) / ".gateway-native"
-        shutil.rmtree(out, ignore_errors=True)
+        out = Path(tempfile.mkdtemp(prefix="gateway-native-"))
+        self._out = out
         try:
-            files = self._compile(root, modules, out)
-        except Exception as exc:
+            editable = version == "editable"
+            files = self._compile(root, modules, out, str(root) if editable else None)
+        except Exception as exc:  # any failure: build the pure package
             sys.stderr.write(f"gateway: compiling the hot path failed, pure Python only: {exc}\n")
             return
         key = "force_include_editable" if version == "editable" else "force_include"
@@ -76,10 +102,16 @@ class CustomBuildHook(BuildHookInterface):  # type: ignore[type-arg]
             build_data["pure_python"] = False
             build_data["infer_tag"] = True
 
-    def _compile(self, root: Path, modules: list[str], out: Path) -> list[Path]:
+    def finalize(self, version: str, build_data: dict[str, Any], artifact_path: str) -> None:
+        if self._out is not None:
+            shutil.rmtree(self._out, ignore_errors=True)
+
+    def _compile(self, root: Path, modules: list[str], out: Path, home: str | None) -> list[Path]:
+        """Compile ``modules`` into ``out``; ``home`` is the checkout an editable install
+        runs from (None: the package sits beside ``gateway_native`` in the install)."""
         with tempfile.TemporaryDirectory() as temp:
-            # The build reads [tool.mypy] from the project's pyproject.toml (strict, on
-            # the whole package); compile from a copy of the package without it.
+            # A copy of the package, away from the project's pyproject.toml ([tool.mypy]
+            # is strict over the whole package); its files are hashed as compiled.
             work = Path(temp) / "src"
             shutil.copytree(root / "gateway", work / "gateway")
             subprocess.run(
@@ -87,23 +119,36 @@ class CustomBuildHook(BuildHookInterface):  # type: ignore[type-arg]
                 cwd=work,
                 check=True,
                 stdout=subprocess.DEVNULL,
+                timeout=COMPILE_SECONDS,
             )
+            sources = {
+                path.relative_to(work).as_posix(): _sha256(path)
+                for path in sorted((work / "gateway").rglob("*.py"))
+            }
         suffix = sysconfig.get_config_var("EXT_SUFFIX")
-        manifest: dict[str, Any] = {"suffix": suffix, "modules": {}, "runtime": []}
+        manifest: dict[str, Any] = {
+            "suffix": suffix,
+            "home": home,
+            "sources": sources,
+            "modules": {},
+            "runtime": [],
+        }
         for module in modules:
             name = module.removesuffix(".py").replace("/", ".")
             compiled = out / (module.removesuffix(".py") + suffix)
             if not compiled.is_file():
                 raise RuntimeError(f"mypyc produced no {compiled.name} for {module}")
-            source = (root / module).read_bytes()
             manifest["modules"][name] = {
                 "file": compiled.relative_to(out).as_posix(),
-                "source": module,
-                "sha256": hashlib.sha256(source).hexdigest(),
+                "sha256": _sha256(compiled),
             }
         for shared in sorted(out.glob(f"*__mypyc{suffix}")):
             manifest["runtime"].append(
-                {"name": shared.name.removesuffix(suffix), "file": shared.name}
+                {
+                    "name": shared.name.removesuffix(suffix),
+                    "file": shared.name,
+                    "sha256": _sha256(shared),
+                }
             )
         if not manifest["runtime"]:
             raise RuntimeError("mypyc produced no runtime library")

@@ -21,6 +21,7 @@ the gateway.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -63,36 +64,58 @@ _status = "not installed"
 _finder: _Finder | None = None
 
 
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def plan(manifest: dict[str, Any], native_dir: Path, package: Path) -> dict[str, Path] | str:
     """The files to load by module name, or why none: a pure function of the manifest
-    and the files it names."""
+    and the files it names.
+
+    ``package`` is the ``gateway`` package directory in use.  The build must be this
+    package's (beside it in the same install, or made from this checkout for an editable
+    install), every ``.py`` file of the package must be as it was compiled (the compiled
+    code also relies on the types and constants of what it imports), and every compiled
+    file as it was written."""
     suffix = manifest.get("suffix")
     if suffix not in importlib.machinery.EXTENSION_SUFFIXES:
         return f"built for another interpreter ({suffix})"
-    files: dict[str, Path] = {}
-    modules: dict[str, dict[str, str]] = manifest.get("modules", {})
+    home = manifest.get("home")
+    if home is None and native_dir.parent != package.parent:
+        return f"{native_dir} is not beside this package ({package})"
+    if home is not None and Path(home) != package.parent:
+        return f"built from another checkout ({home})"
+    sources: dict[str, str] = manifest["sources"]
+    present = {path.relative_to(package.parent).as_posix(): path for path in package.rglob("*.py")}
+    if set(present) != set(sources):
+        changed = sorted(set(present) ^ set(sources))
+        return f"{changed[0]} added or removed since the build (uv sync rebuilds it)"
+    for name, path in sorted(present.items()):
+        if _sha256(path) != sources[name]:
+            return f"{name} changed since the build (uv sync rebuilds it)"
+    modules: dict[str, dict[str, str]] = manifest["modules"]
     if not modules:
         return "no compiled modules"
-    for name, entry in modules.items():
-        source = package.parent / entry["source"]
-        try:
-            digest = hashlib.sha256(source.read_bytes()).hexdigest()
-        except OSError:
-            return f"source of {name} not found"
-        if digest != entry["sha256"]:
-            return f"{entry['source']} changed since it was compiled (uv sync rebuilds it)"
-        files[name] = native_dir / entry["file"]
-    for runtime in manifest.get("runtime", []):
-        files[runtime["name"]] = native_dir / runtime["file"]
-    missing = [name for name, file in files.items() if not file.is_file()]
-    if missing:
-        return f"compiled file missing for {missing[0]}"
+    entries = [(name, entry) for name, entry in modules.items()]
+    entries += [(entry["name"], entry) for entry in manifest["runtime"]]
+    files: dict[str, Path] = {}
+    for name, entry in entries:
+        file = native_dir / entry["file"]
+        if not file.is_file():
+            return f"compiled file missing for {name}"
+        if _sha256(file) != entry["sha256"]:
+            return f"compiled file of {name} is not the one built"
+        files[name] = file
     return files
 
 
-def native_dir() -> Path | None:
-    """Where the compiled build is installed (the first ``gateway_native`` with a
-    manifest on ``sys.path``), if anywhere."""
+def native_dir(package: Path = _PACKAGE) -> Path | None:
+    """Where this package's compiled build is installed, if anywhere: beside the
+    package, or (an editable install) in the first ``gateway_native`` with a manifest on
+    ``sys.path``."""
+    beside = package.parent / "gateway_native"
+    if (beside / "manifest.json").is_file():
+        return beside
     for entry in sys.path:
         candidate = Path(entry or ".") / "gateway_native"
         if (candidate / "manifest.json").is_file():
@@ -102,30 +125,42 @@ def native_dir() -> Path | None:
 
 def install() -> None:
     """Put the compiled modules in front of the import system, if they may be used.
-    Idempotent; must run before any of them is imported."""
+    Idempotent; must run before any of them is imported.  Never raises: whatever goes
+    wrong leaves the pure-Python modules in use, and :func:`status` says why."""
     global _status, _finder
     if _finder is not None:
         return
     if os.environ.get(PURE_PYTHON_ENV) == "1":
         _status = f"off ({PURE_PYTHON_ENV}=1)"
         return
-    directory = native_dir()
-    if directory is None:
-        _status = "not installed"
-        return
     try:
+        directory = native_dir()
+        if directory is None:
+            _status = "not installed"
+            return
         manifest = json.loads((directory / "manifest.json").read_text())
         planned = plan(manifest, directory, _PACKAGE)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        planned = f"unreadable manifest ({exc})"
-    if isinstance(planned, str):
-        _status = f"off: {planned}"
+        if isinstance(planned, str):
+            _status = f"off: {planned}"
+            return
+        if any(name in sys.modules for name in planned):
+            _status = "off: imported before the finder was installed"
+            return
+        finder = _Finder(planned)
+        sys.meta_path.insert(0, finder)
+        try:
+            # The runtime library now, so a build that cannot load fails here, not at
+            # the first import of the hot path.
+            for name in planned:
+                if not name.startswith("gateway."):
+                    importlib.import_module(name)
+        except BaseException:
+            sys.meta_path.remove(finder)
+            raise
+    except Exception as exc:  # any failure: run the pure-Python modules
+        _status = f"off: {type(exc).__name__}: {exc}"
         return
-    if any(name in sys.modules for name in planned):
-        _status = "off: imported before the finder was installed"
-        return
-    _finder = _Finder(planned)
-    sys.meta_path.insert(0, _finder)
+    _finder = finder
     _status = "on"
 
 
