@@ -88,17 +88,18 @@ class CustomBuildHook(BuildHookInterface):  # type: ignore[type-arg]
         root = Path(self.root)
         out = Path(tempfile.mkdtemp(prefix="gateway-native-"))
         self._out = out
+        editable = version == "editable"
         try:
-            editable = version == "editable"
             files = self._compile(root, modules, out, str(root) if editable else None)
         except Exception as exc:  # any failure: build the pure package
             sys.stderr.write(f"gateway: compiling the hot path failed, pure Python only: {exc}\n")
             return
-        key = "force_include_editable" if version == "editable" else "force_include"
-        include = build_data.setdefault(key, {})
+        include = build_data.setdefault(
+            "force_include_editable" if editable else "force_include", {}
+        )
         for path in files:
             include[str(path)] = f"{NATIVE_DIR}/{path.relative_to(out).as_posix()}"
-        if version != "editable":
+        if not editable:
             build_data["pure_python"] = False
             build_data["infer_tag"] = True
 

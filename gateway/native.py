@@ -8,10 +8,12 @@ finder in front of the import system that loads those modules from the compiled 
 instead of their ``.py`` sources, if:
 
 - ``GATEWAY_PURE_PYTHON`` is not ``1`` (an import-time switch, so it is read here and
-  not in :mod:`gateway.config`, which is built after these modules are imported), and
-- every compiled module's source is byte-identical to the one it was compiled from.
-  All or none: compiled modules call into each other's classes directly, so a changed
-  source (a developer's edit not yet rebuilt) makes the whole set run as Python.
+  not in :mod:`gateway.config`, which is built after these modules are imported),
+- the build is this package's (:func:`plan`), and
+- every ``.py`` file of the package is byte-identical to the one compiled: the compiled
+  code also relies on the types and constants of the modules it imports.  All or none:
+  compiled modules call into each other's classes directly, so a changed source (a
+  developer's edit not yet rebuilt) makes the whole set run as Python.
 
 The ``.py`` sources are the fallback and the only source of truth: the compiled files
 are that same code, and CI runs every test both ways.  This module imports nothing of
@@ -68,7 +70,7 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def plan(manifest: dict[str, Any], native_dir: Path, package: Path) -> dict[str, Path] | str:
+def plan(manifest: dict[str, Any], directory: Path, package: Path) -> dict[str, Path] | str:
     """The files to load by module name, or why none: a pure function of the manifest
     and the files it names.
 
@@ -81,8 +83,8 @@ def plan(manifest: dict[str, Any], native_dir: Path, package: Path) -> dict[str,
     if suffix not in importlib.machinery.EXTENSION_SUFFIXES:
         return f"built for another interpreter ({suffix})"
     home = manifest.get("home")
-    if home is None and native_dir.parent != package.parent:
-        return f"{native_dir} is not beside this package ({package})"
+    if home is None and directory.parent != package.parent:
+        return f"{directory} is not beside this package ({package})"
     if home is not None and Path(home) != package.parent:
         return f"built from another checkout ({home})"
     sources: dict[str, str] = manifest["sources"]
@@ -100,7 +102,7 @@ def plan(manifest: dict[str, Any], native_dir: Path, package: Path) -> dict[str,
     entries += [(entry["name"], entry) for entry in manifest["runtime"]]
     files: dict[str, Path] = {}
     for name, entry in entries:
-        file = native_dir / entry["file"]
+        file = directory / entry["file"]
         if not file.is_file():
             return f"compiled file missing for {name}"
         if _sha256(file) != entry["sha256"]:
