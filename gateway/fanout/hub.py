@@ -27,7 +27,7 @@ from gateway.fanout.outbox import NodeBudget
 from gateway.fanout.subscription import Chunk, Subscription, SubState, end_index
 from gateway.feed import FeedKey, FeedKind, FeedState, StoredItem
 from gateway.metrics import Metrics
-from gateway.resume import Restart, plan, restart_cursor
+from gateway.resume import Replay, Restart, plan, restart_cursor
 from gateway.store.base import Batch, FeedStore, Joined, LiveFeed, Positions
 from gateway.wire.format import Encoder, Format
 
@@ -186,8 +186,10 @@ class Hub:
         if state is None or (feed.kind is FeedKind.TEAM and state.host):
             raise NotFound("no such feed")
         try:
-            decision = plan(cursor, state)
+            decision: Replay | Restart | None = plan(cursor, state)
         except InvalidCursor:
+            decision = None  # awaited below, not here: README, "The compiled hot path"
+        if decision is None:
             # The state may be a read shared with joins that started before this
             # cursor was handed out: judge the cursor against a fresh read.
             fresh = await self.feeds.state(feed)
@@ -420,6 +422,7 @@ class Hub:
                 with anyio.move_on_after(self.read_block_ms / 1000):
                     await self._changed.wait()
                 continue
+            batches: dict[FeedKey, Batch] | None = None
             try:
                 batches = await self.live.read_new(
                     self._positions,
@@ -430,13 +433,13 @@ class Hub:
             except Unavailable as exc:
                 self.metrics.redis_errors.inc()
                 log.warning("feed read failed", error=exc.message, retry_in=backoff)
-                await anyio.sleep(backoff)
-                backoff = min(backoff * 2, 2.0)
-                continue
             except Exception:
                 # A bug must not stop the node's only reader: log it, back off, go on.
                 self.metrics.redis_errors.inc()
                 log.exception("feed read failed unexpectedly", retry_in=backoff)
+            if batches is None:
+                # The back-off is awaited here, not in the handlers: README, "The
+                # compiled hot path".
                 await anyio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
                 continue

@@ -603,8 +603,10 @@ class HttpServer:
         self._server = await loop.create_server(
             lambda: HttpConnection(self), host, port, reuse_address=True, backlog=2048
         )
-        sock = self._server.sockets[0]
-        bound: Any = sock.getsockname()
+        # uvloop's ``sockets`` is a list where typeshed says tuple, and compiled code
+        # checks annotations: read it untyped.
+        sockets: Any = cast(Any, self._server).sockets
+        bound: Any = sockets[0].getsockname()
         return int(bound[1])
 
     def stop_listening(self) -> None:

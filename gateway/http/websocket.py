@@ -453,25 +453,35 @@ class Session:
         here once the others have ended.
         """
         tasks = self._tasks = OwnedTasks(on_failure=lambda _: self._finish())
+        # What follows is a ``finally`` whose waits are outside the exception handler
+        # (README, "The compiled hot path"): the exception that ended the wait, if any,
+        # is raised again once the session has been cleaned up.
+        ended: BaseException | None = None
         try:
             if trailing:
                 self.on_data(trailing)
             await self._closed.wait()
+        except BaseException as exc:
+            ended = exc
+        # Also when the connection was lost (a reset cancels us): live subscriptions
+        # keep no task, so nothing else would release them.  Closing first: no entry
+        # starts a task from here on.
+        self._closing = True
+        self._end_subscriptions()
+        try:
+            if not await tasks.wait(TASKS_END_WITHIN):
+                tasks.cancel()
+                await tasks.wait(TASKS_END_WITHIN)
         finally:
-            # Also when the connection was lost (a reset cancels us): live
-            # subscriptions keep no task, so nothing else would release them.
-            # Closing first: no entry starts a task from here on.
-            self._closing = True
-            self._end_subscriptions()
+            # Also when cancelled during the wait: the tasks' on_failure holds this
+            # session (a cycle only the GC would free).
+            self._tasks = None
+        self.outbox.release()
+        if ended is not None:
             try:
-                if not await tasks.wait(TASKS_END_WITHIN):
-                    tasks.cancel()
-                    await tasks.wait(TASKS_END_WITHIN)
+                raise ended
             finally:
-                # Also when cancelled during the wait: the tasks' on_failure holds
-                # this session (a cycle only the GC would free).
-                self._tasks = None
-            self.outbox.release()
+                ended = None  # no cycle through this frame's traceback
         if tasks.failure is not None:
             raise tasks.failure
 

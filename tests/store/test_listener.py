@@ -9,8 +9,8 @@ import redis.asyncio as aioredis
 from httpx_sse import aconnect_sse
 
 from gateway.store.redis.connection import ListenerAddress
+from gateway.store.redis.faults import ListenerLost
 from gateway.store.redis.listener import connect
-from gateway.store.redis.resp import ListenerLost
 from tests.support import events as ev
 from tests.support.node import auth, start_node
 from tests.support.redis_server import RedisServer

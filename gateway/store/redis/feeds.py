@@ -286,13 +286,15 @@ class RedisFeeds(FeedStore):
         waited: Any = None
         todo = list(range(len(calls)))
         for attempt in range(2):
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for i in todo:
-                    keys, args = calls[i]
-                    pipe.evalsha(self._script.sha, len(keys), *keys, *args)
-                if wait is not None:
-                    pipe.wait(*wait)
-                answers = await pipe.execute(raise_on_error=False)
+            # Not ``async with``: README, "The compiled hot path".  A pipeline without
+            # MULTI or WATCH takes a connection only inside ``execute``, which resets it.
+            pipe = self._redis.pipeline(transaction=False)
+            for i in todo:
+                keys, args = calls[i]
+                pipe.evalsha(self._script.sha, len(keys), *keys, *args)
+            if wait is not None:
+                pipe.wait(*wait)
+            answers = await pipe.execute(raise_on_error=False)
             if wait is not None:
                 waited = answers.pop()
             for i, answer in zip(todo, answers, strict=True):
@@ -321,12 +323,14 @@ class RedisFeeds(FeedStore):
 
         async def one(index: int) -> None:
             keys, args = calls[index]
-            async with limiter:
-                try:
-                    with translate("append step"):
-                        replies[index] = await self._script(keys=keys, args=args)
-                except Unavailable as exc:  # in its place, as a pipeline's errors are
-                    replies[index] = exc
+            await limiter.acquire()  # not ``async with``: README, "The compiled hot path"
+            try:
+                with translate("append step"):
+                    replies[index] = await self._script(keys=keys, args=args)
+            except Unavailable as exc:  # in its place, as a pipeline's errors are
+                replies[index] = exc
+            finally:
+                limiter.release()
 
         async with anyio.create_task_group() as tg:
             for index in range(len(calls)):
@@ -445,15 +449,15 @@ class RedisFeeds(FeedStore):
         ms = max(1, int(seconds * 1000))
         with self.conn.io("expire"):
             meta, stream, idem = self.keys(feed)
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for key in (stream, idem, self.conn.fold_key(feed)):
-                    pipe.pexpire(key, ms)
-                # Deleted on purpose, not lost: the metadata outlives the stream, marked
-                # "gone", so followers are told not_found and no node recreates the
-                # feed (for a while after the deletion; see feed.lua).
-                pipe.hset(meta, "gone", b"1")
-                pipe.pexpire(meta, ms + self.tombstone_ms)
-                await pipe.execute()
+            pipe = self._redis.pipeline(transaction=False)  # see _evalsha_many
+            for key in (stream, idem, self.conn.fold_key(feed)):
+                pipe.pexpire(key, ms)
+            # Deleted on purpose, not lost: the metadata outlives the stream, marked
+            # "gone", so followers are told not_found and no node recreates the feed
+            # (for a while after the deletion; see feed.lua).
+            pipe.hset(meta, "gone", b"1")
+            pipe.pexpire(meta, ms + self.tombstone_ms)
+            await pipe.execute()
 
     async def read(self, feed: FeedKey, after: Cursor, limit: int) -> list[StoredItem]:
         _, stream, _ = self.keys(feed)

@@ -43,6 +43,7 @@ import anyio
 import hiredis
 
 from gateway.errors import Unavailable
+from gateway.store.redis.faults import LaneLost, LaneTimeout
 from gateway.store.redis.resp import Address, auth, open_raw, pack, refused
 
 
@@ -60,14 +61,6 @@ class Server(Protocol):
 ATTEMPTS = 3
 #: Back-off before each retry, in seconds (redis-py's was 10 ms doubling, capped).
 BACKOFF = (0.01, 0.05)
-
-
-class LaneLost(ConnectionError):
-    """The lane's connection failed (or was closed) before every reply came."""
-
-
-class LaneTimeout(LaneLost):
-    """Redis left a write unanswered for the lane's whole bound: the connection went."""
 
 
 class _Pipe(asyncio.Protocol):
@@ -250,7 +243,8 @@ class Lane:
         pipe = self._pipe
         if pipe is not None and pipe.lost is None:
             return pipe
-        async with self._connecting:
+        await self._connecting.acquire()  # not ``async with``: README, "The compiled hot path"
+        try:
             pipe = self._pipe
             if pipe is not None and pipe.lost is None:
                 return pipe
@@ -260,6 +254,8 @@ class Lane:
             pipe = await self._connect()
             self._pipe = pipe
             return pipe
+        finally:
+            self._connecting.release()
 
     async def _connect(self) -> _Pipe:
         conn = self._conn

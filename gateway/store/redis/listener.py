@@ -24,7 +24,8 @@ import hiredis
 import structlog
 
 from gateway.store.redis.connection import ListenerAddress
-from gateway.store.redis.resp import ListenerLost, auth, open_raw, pack, refused
+from gateway.store.redis.faults import ListenerLost
+from gateway.store.redis.resp import auth, open_raw, pack, refused
 
 log = structlog.get_logger("gateway.store")
 

@@ -257,12 +257,14 @@ class RedisLive(LiveFeed):
         if not self.conn.cluster:
             reply = await self._redis.xread(streams, count=count)
             return list(reply or ())
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for key, position in streams.items():
-                pipe.execute_command(
-                    "XREAD", "COUNT", count, "STREAMS", key, position, **self.conn.routed(key)
-                )
-            replies = await pipe.execute()
+        # Not ``async with``: README, "The compiled hot path".  A pipeline without
+        # MULTI or WATCH takes a connection only inside ``execute``, which resets it.
+        pipe = self._redis.pipeline(transaction=False)
+        for key, position in streams.items():
+            pipe.execute_command(
+                "XREAD", "COUNT", count, "STREAMS", key, position, **self.conn.routed(key)
+            )
+        replies = await pipe.execute()
         return [entry for reply in replies for entry in reply or ()]
 
     # -- listening -------------------------------------------------------------------------

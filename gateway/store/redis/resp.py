@@ -14,12 +14,6 @@ import hiredis
 P = TypeVar("P", bound=asyncio.Protocol)
 
 
-class ListenerLost(ConnectionError):
-    """The listening connection failed or fell too far behind; replace it.  (Defined
-    here, not in :mod:`listener`, which is compiled: a compiled module cannot define a
-    subclass of a built-in exception.)"""
-
-
 class Address(Protocol):
     """Where a raw connection goes (``connection.ListenerAddress``)."""
 

@@ -1,0 +1,22 @@
+"""The raw Redis connections' failures.
+
+They live here, in a module that is never compiled, because a module compiled with
+mypyc cannot define a subclass of a built-in exception (README, "The compiled hot
+path"); :mod:`lane`, :mod:`resp` and :mod:`listener` raise them.  Each is an
+``OSError`` (``ConnectionError``), so a caller that treats any socket failure as
+"Redis may have moved" treats these the same way.
+"""
+
+from __future__ import annotations
+
+
+class ListenerLost(ConnectionError):
+    """The listening connection failed or fell too far behind; replace it."""
+
+
+class LaneLost(ConnectionError):
+    """The lane's connection failed (or was closed) before every reply came."""
+
+
+class LaneTimeout(LaneLost):
+    """Redis left a write unanswered for the lane's whole bound: the connection went."""
