@@ -1,7 +1,8 @@
 """The compiled hot path: mypyc builds of a few of the gateway's own modules.
 
-The build (``hatch_build.py``) compiles the modules of the fan-out's hot path (the hub,
-subscriptions, outboxes, the Redis live path) with mypyc and installs them, with a
+The build (``hatch_build.py``) compiles the modules of the hot paths (the fan-out, the
+Redis live path and append step, the HTTP server and publish route, the WebSocket
+session: the list is in ``pyproject.toml``) with mypyc and installs them, with a
 manifest of the sources they were compiled from, in a ``gateway_native`` directory
 beside the package.  :func:`install`, run when the package is first imported, puts a
 finder in front of the import system that loads those modules from the compiled files
@@ -98,7 +99,7 @@ def plan(manifest: dict[str, Any], directory: Path, package: Path) -> dict[str, 
     modules: dict[str, dict[str, str]] = manifest["modules"]
     if not modules:
         return "no compiled modules"
-    entries = [(name, entry) for name, entry in modules.items()]
+    entries = list(modules.items())
     entries += [(entry["name"], entry) for entry in manifest["runtime"]]
     files: dict[str, Path] = {}
     for name, entry in entries:

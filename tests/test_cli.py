@@ -25,7 +25,7 @@ from gateway.auth import Authenticator, mint
 from gateway.config import ENV_ONLY, SETTINGS_HELP, Settings, env_name, flag_name
 from gateway.errors import Unauthenticated
 from tests.support import events as ev
-from tests.support.env import without_settings
+from tests.support.env import clean_env
 from tests.support.redis_server import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,12 +33,6 @@ CLI = [sys.executable, "-m", "gateway.cli"]
 SECRET = "cli-test-secret-of-at-least-32-bytes-long"
 READY_DEADLINE = 30.0
 STOP_DEADLINE = 15.0
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    env = without_settings()
-    env.update(extra)
-    return env
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -17,20 +17,13 @@ from __future__ import annotations
 
 import ast
 import tomllib
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.project import ROOT, compiled_modules
 
 _WAITS = (ast.Await, ast.AsyncFor, ast.AsyncWith, ast.Yield, ast.YieldFrom)
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
-
-
-def _compiled_modules() -> list[str]:
-    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    hook = config["tool"]["hatch"]["build"]["targets"]["wheel"]["hooks"]["custom"]
-    return list(hook["modules"])
 
 
 def _waits(nodes: list[ast.stmt]) -> list[ast.AST]:
@@ -64,7 +57,7 @@ def violations(source: str, name: str = "<source>") -> list[str]:
 
 
 def test_the_compiled_modules_never_wait_while_an_exception_is_handled() -> None:
-    modules = _compiled_modules()
+    modules = compiled_modules()
     assert modules
     found = [v for m in modules for v in violations((ROOT / m).read_text(), m)]
     assert found == []

@@ -25,19 +25,13 @@ import pytest
 from gateway import devmode
 from gateway.auth import mint
 from gateway.config import Settings
-from tests.support.env import without_settings
+from tests.support.env import clean_env
 from tests.support.redis_server import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "gateway.cli"]
 DEADLINE = 30.0
 URL_LINE = re.compile(r"^http://127\.0\.0\.1:(\d+)/console/#token=([\w.-]+)$")
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    env = without_settings()
-    env.update(extra)
-    return env
 
 
 def _sigint_default() -> None:

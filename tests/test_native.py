@@ -20,6 +20,7 @@ import pytest
 
 from gateway import native
 from tests.support.env import without_settings
+from tests.support.project import compiled_modules, pyproject
 
 ROOT = Path(__file__).resolve().parent.parent
 SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]
@@ -158,11 +159,7 @@ def test_the_installed_build_is_of_the_modules_pyproject_lists() -> None:
 
 
 def _pyproject_modules() -> list[str]:
-    import tomllib
-
-    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    hook = config["tool"]["hatch"]["build"]["targets"]["wheel"]["hooks"]["custom"]
-    keys = {k["file"] for k in config["tool"]["uv"]["cache-keys"] if "file" in k}
+    keys = {k["file"] for k in pyproject()["tool"]["uv"]["cache-keys"] if "file" in k}
     # uv rebuilds the install when any source changes (the finder checks them all).
     assert "gateway/**/*.py" in keys
-    return list(hook["modules"])
+    return compiled_modules()

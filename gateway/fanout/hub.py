@@ -188,7 +188,7 @@ class Hub:
         try:
             decision: Replay | Restart | None = plan(cursor, state)
         except InvalidCursor:
-            decision = None  # awaited below, not here: README, "The compiled hot path"
+            decision = None  # the fresh read below waits outside this handler (README)
         if decision is None:
             # The state may be a read shared with joins that started before this
             # cursor was handed out: judge the cursor against a fresh read.

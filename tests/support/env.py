@@ -15,3 +15,10 @@ def without_settings() -> dict[str, str]:
     return {
         k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_") or k == PURE_PYTHON_ENV
     }
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """:func:`without_settings`, plus ``extra``."""
+    env = without_settings()
+    env.update(extra)
+    return env
