@@ -26,7 +26,7 @@ from gateway.http.connections import Connections, Ticker
 from gateway.http.cors import Cors
 from gateway.http.router import Router
 from gateway.http.routes import ROUTES
-from gateway.http.server import HttpServer, Request, Responder
+from gateway.http.server import HttpServer
 from gateway.http.services import Services
 from gateway.inbox import INBOXES, Inbox
 from gateway.limits import ConnectionLimits, PublishRate
@@ -235,10 +235,9 @@ async def running(
     async with anyio.create_task_group() as tg:
         router = Router(ROUTES, services)
 
-        def observe(request: Request, responder: Responder) -> None:
-            metrics.http_requests.labels(request.route, str(responder.status)).inc()
-
-        server = HttpServer(router, max_body=settings.max_body_bytes, observe=observe)
+        server = HttpServer(
+            router, max_body=settings.max_body_bytes, requests=metrics.http_requests
+        )
         hub.last_progress = time.monotonic()
         tg.start_soon(hub.run)
         tg.start_soon(ready.run)

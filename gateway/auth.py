@@ -254,6 +254,9 @@ class Authenticator:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._secret = secret
+        #: The shared secret's key, made once: every request's token is checked against
+        #: the configured keys (:meth:`verify`), and a frozen dataclass is slow to build.
+        self._secret_key = None if secret is None else _Key("HS256", secret)
         self._files: list[_KeyFile] = []
         if public_key_file is not None:
             self._files.append(
@@ -299,7 +302,7 @@ class Authenticator:
         return self._secret is not None or bool(self._files)
 
     def _keys(self) -> list[_Key]:
-        keys = [_Key("HS256", self._secret)] if self._secret is not None else []
+        keys = [] if self._secret_key is None else [self._secret_key]
         for key_file in self._files:
             keys.extend(key_file.current())
         return keys

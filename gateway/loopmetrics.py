@@ -4,8 +4,9 @@ prometheus_client's ``Counter``, ``Gauge`` and ``Histogram`` take a lock and run
 checks on every update: 0.8-1 us for an ``inc``, 2.5 us for an ``observe``.  A reconnect
 updates eight of them and a single-event publish three, so together they were a few
 percent of each.  These classes add to ints and floats instead, and
-:class:`LoopCollector` reads them when ``/metrics`` is scraped.  The exposition is the
-same families, names, labels and samples, without the ``_created`` series.
+:class:`gateway.metrics.LoopCollector` reads them when ``/metrics`` is scraped.  The
+exposition is the same families, names, labels and samples, without the ``_created``
+series.  This module is compiled (README, "The compiled hot path"); the collector is not.
 
 Contract: only one thread (the node's event-loop thread) updates a metric; a scrape
 from another thread reads numbers that may be a moment old, never torn ones (each is
@@ -18,7 +19,7 @@ are all ``"other"``.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Generic, TypeVar, cast
 
 from prometheus_client.core import (
@@ -27,7 +28,6 @@ from prometheus_client.core import (
     HistogramMetricFamily,
     Metric,
 )
-from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 #: How prometheus_client writes a bucket bound (``le``): Go's float format, "1e+06".
@@ -54,7 +54,7 @@ class LoopValue:
     __slots__ = ("value",)
 
     def __init__(self) -> None:
-        self.value: float = 0
+        self.value: float = 0.0
 
     def inc(self, amount: float = 1) -> None:
         self.value += amount
@@ -99,25 +99,27 @@ class LoopFamily(Generic[S]):
     def _new(self) -> S:
         raise NotImplementedError
 
-    def labels(self, *values: str, **by_name: str) -> S:
+    def labels(self, *values: object, **by_name: object) -> S:
         """The series of these label values (positional, or all by name), made on first
-        use.  Wrong names or a wrong count raise ``ValueError``, as prometheus_client."""
+        use; a value that is not a ``str`` is named by ``str()`` (as prometheus_client
+        does).  Wrong names or a wrong count raise ``ValueError``, as prometheus_client."""
         if by_name:
             if values or set(by_name) != set(self.labelnames):
                 raise ValueError(f"{self.name}: labels are {self.labelnames}")
             values = tuple(by_name[n] for n in self.labelnames)
-        series = self._series.get(values)
+        # Found as given first: the values the code passes are strs.
+        series = self._series.get(cast("tuple[str, ...]", values))
         if series is None:
             if len(values) != len(self.labelnames) or not values:
                 raise ValueError(f"{self.name}: labels are {self.labelnames}")
-            values = tuple(str(v) for v in values)
-            series = self._series.get(values)
+            names = tuple([str(v) for v in values])
+            series = self._series.get(names)
             if series is None:
                 if len(self._series) >= MAX_SERIES:
-                    values = (OVERFLOW,) * len(values)
-                    series = self._series.get(values)
+                    names = (OVERFLOW,) * len(names)
+                    series = self._series.get(names)
                 if series is None:
-                    series = self._series[values] = self._new()
+                    series = self._series[names] = self._new()
         return series
 
     def _items(self) -> Iterable[tuple[list[str], S]]:
@@ -212,38 +214,3 @@ class LoopHistogram(LoopFamily[Bins]):
 
 
 LoopMetric = LoopCounter | LoopGauge | LoopHistogram
-
-
-class LoopCollector(Collector):
-    """Exposes loop metrics (and the sent tallies) at scrape time."""
-
-    def __init__(self, metrics: Sequence[LoopMetric], sent: dict[str, Sent]) -> None:
-        self._metrics = metrics
-        self._sent = sent
-
-    def collect(self) -> Iterator[Metric]:
-        frames = CounterMetricFamily(
-            "gateway_frames_sent_total",
-            "Event frames (items, live and history) written to clients, by transport.",
-            labels=["transport"],
-        )
-        sent_bytes = CounterMetricFamily(
-            "gateway_bytes_sent_total",
-            "Bytes of those event frames as encoded (SSE messages without HTTP/1.1 "
-            "chunk headers; WebSocket frames with theirs), by transport.",
-            labels=["transport"],
-        )
-        for transport, sent in sorted(self._sent.items()):
-            frames.add_metric([transport], sent.frames)
-            sent_bytes.add_metric([transport], sent.bytes)
-        yield frames
-        yield sent_bytes
-        for metric in self._metrics:
-            yield metric.family()
-
-    def describe(self) -> Iterator[Metric]:
-        # Names only (the registry checks for duplicates); values come from collect().
-        yield CounterMetricFamily("gateway_frames_sent_total", "", labels=["transport"])
-        yield CounterMetricFamily("gateway_bytes_sent_total", "", labels=["transport"])
-        for metric in self._metrics:
-            yield metric.empty()

@@ -14,11 +14,14 @@ function at scrape time).
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+
 from prometheus_client import CollectorRegistry, Gauge, Info, ProcessCollector
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from gateway import __version__
 from gateway.loopmetrics import (
-    LoopCollector,
     LoopCounter,
     LoopGauge,
     LoopHistogram,
@@ -26,7 +29,14 @@ from gateway.loopmetrics import (
     Sent,
 )
 
-__all__ = ["DISCONNECT_REASONS", "ROTATION_REASONS", "LoopHistogram", "Metrics", "Sent"]
+__all__ = [
+    "DISCONNECT_REASONS",
+    "ROTATION_REASONS",
+    "LoopCollector",
+    "LoopHistogram",
+    "Metrics",
+    "Sent",
+]
 
 #: Disconnect reasons (``gateway_disconnects_total{reason}``): the client went away or
 #: closed; too slow; the node shut down or drained; the token expired; an error
@@ -210,3 +220,43 @@ class Metrics:
         if sent is None:
             sent = self._sent[transport] = Sent()
         return sent
+
+
+class LoopCollector(Collector):
+    """Exposes loop metrics (and the sent tallies) at scrape time.
+
+    Here, not in the compiled :mod:`gateway.loopmetrics`: a compiled subclass of
+    prometheus_client's (interpreted) ``Collector`` fails the registry's attribute
+    lookups (``SystemError``), and a scrape is not a hot path.
+    """
+
+    def __init__(self, metrics: Sequence[LoopMetric], sent: dict[str, Sent]) -> None:
+        self._metrics = metrics
+        self._sent = sent
+
+    def collect(self) -> Iterator[Metric]:
+        frames = CounterMetricFamily(
+            "gateway_frames_sent_total",
+            "Event frames (items, live and history) written to clients, by transport.",
+            labels=["transport"],
+        )
+        sent_bytes = CounterMetricFamily(
+            "gateway_bytes_sent_total",
+            "Bytes of those event frames as encoded (SSE messages without HTTP/1.1 "
+            "chunk headers; WebSocket frames with theirs), by transport.",
+            labels=["transport"],
+        )
+        for transport, sent in sorted(self._sent.items()):
+            frames.add_metric([transport], sent.frames)
+            sent_bytes.add_metric([transport], sent.bytes)
+        yield frames
+        yield sent_bytes
+        for metric in self._metrics:
+            yield metric.family()
+
+    def describe(self) -> Iterator[Metric]:
+        # Names only (the registry checks for duplicates); values come from collect().
+        yield CounterMetricFamily("gateway_frames_sent_total", "", labels=["transport"])
+        yield CounterMetricFamily("gateway_bytes_sent_total", "", labels=["transport"])
+        for metric in self._metrics:
+            yield metric.empty()

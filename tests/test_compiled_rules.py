@@ -6,7 +6,7 @@ an ``except`` block, a ``finally`` block that an exception passes through, and a
 exception state it finds: an interpreted coroutine's that wraps the compiled one (as
 anyio's task groups do), else the thread's own.  A compiled coroutine that suspends
 inside one leaves it set for the rest of its task, or (a task's outermost coroutine,
-as the HTTP server's request tasks are) while every other task runs, and two that
+as the HTTP server's connection tasks are) while every other task runs, and two that
 interleave can leave it set for good: every exception raised afterwards takes it as its
 ``__context__``, so tracebacks name unrelated failures and each exception keeps the
 previous ones (and their frames) alive.  Interpreted coroutines

@@ -24,12 +24,11 @@ from gateway.feed import team_feed
 from gateway.loopmetrics import (
     MAX_SERIES,
     OVERFLOW,
-    LoopCollector,
     LoopCounter,
     LoopGauge,
     LoopHistogram,
 )
-from gateway.metrics import DISCONNECT_REASONS, Metrics
+from gateway.metrics import DISCONNECT_REASONS, LoopCollector, Metrics
 from tests.support import events as ev
 from tests.support.node import auth, metric, open_ws, start_node, token
 from tests.support.wait import until

@@ -65,6 +65,7 @@ def _bare_lf(buf: bytes | bytearray, start: int, end: int) -> bool:
     return buf.count(b"\n", start, end) != buf.count(b"\r\n", max(0, start - 1), end)
 
 
+_BARE_LF: Final = "a line of the request head ends with a bare LF"
 #: Fields that are comma-separated lists: repeated lines are joined, not replaced.
 _LISTS: Final = frozenset({"connection", "transfer-encoding"})
 #: A chunk-size line: hex digits, then optional extensions.
@@ -224,23 +225,34 @@ class RequestParser:
             del buf[:skip]
             self._scanned = 0
         end = buf.find(b"\r\n\r\n", max(0, self._scanned - 3))
-        # Lines end with CRLF: a bare LF is never part of a valid head, and a head of
-        # LF-terminated lines would otherwise wait for a CRLF CRLF that never comes.
-        if _bare_lf(buf, self._scanned, len(buf) if end < 0 else end):
-            raise HttpError(400, "a line of the request head ends with a bare LF")
         if end < 0:
+            # Lines end with CRLF: a bare LF is never part of a valid head, and a head
+            # of LF-terminated lines would otherwise wait for a CRLF CRLF that never
+            # comes.  (A complete head is checked whole, in _head_from.)
+            if _bare_lf(buf, self._scanned, len(buf)):
+                raise HttpError(400, _BARE_LF)
             self._scanned = len(buf)
             if len(buf) > self.max_head:
                 raise HttpError(431, "request head too large")
             return None
         if end + 4 > self.max_head:
+            if _bare_lf(buf, self._scanned, end):
+                raise HttpError(400, _BARE_LF)
             raise HttpError(431, "request head too large")
-        lines = bytes(buf[:end]).split(b"\r\n")
+        head = bytes(buf[:end])
         del buf[: end + 4]
         self._scanned = 0
-        return self._head_from(lines)
+        return self._head_from(head)
 
-    def _head_from(self, lines: list[bytes]) -> ParsedRequest:
+    def _head_from(self, head: bytes) -> ParsedRequest:
+        lines = head.split(b"\r\n")
+        # One pass over the whole head: with the field-value characters deleted, a head
+        # whose only other bytes are its line ends has no control character, bare CR or
+        # bare LF anywhere, and its values need no check of their own.  Otherwise every
+        # part is checked alone, for the precise answer.
+        clean = len(head.translate(None, _VALUE_CHARS)) == 2 * (len(lines) - 1)
+        if not clean and _bare_lf(head, 0, len(head)):
+            raise HttpError(400, _BARE_LF)
         parts = lines[0].split(b" ")
         if len(parts) != 3:
             raise HttpError(400, "malformed request line")
@@ -262,7 +274,7 @@ class RequestParser:
                 # Also a folded line (it starts with a space) or a space before the colon.
                 raise HttpError(400, "malformed header field")
             value = value.strip(b" \t")
-            if not _is_value(value):
+            if not clean and not _is_value(value):
                 raise HttpError(400, "malformed header field")
             key = name.decode("ascii").lower()
             if key == "content-length":

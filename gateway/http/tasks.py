@@ -2,11 +2,12 @@
 
 anyio's ``start_soon`` costs about 20 us more per task than ``create_task`` on the
 project's VM (its task handle, the name, the scope bookkeeping; an empty task group
-another ~10 us), and the edges start a task per request (the HTTP server) and per
-``subscribe`` (a WebSocket session): at a reconnect storm's rate that is a share of every
-reconnect.  :class:`OwnedTasks` keeps what the task group gave them: the owner cancels
-what must stop, and in its own exit path waits, bounded, for every task to end; every
-task that fails is reported to the owner, which ends as the task group would have.
+another ~10 us), and the edges start a task per connection (the HTTP server: one that
+handles its requests in turn) and per ``subscribe`` (a WebSocket session): at a
+reconnect storm's rate that is a share of every reconnect. :class:`OwnedTasks` keeps
+what the task group gave them: the owner cancels what must stop, and in its own exit
+path waits, bounded, for every task to end; every task that fails is reported to the
+owner, which ends as the task group would have.
 """
 
 from __future__ import annotations

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import abc
 import hashlib
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -35,10 +34,8 @@ import msgspec
 
 from gateway.cursor import Cursor
 from gateway.errors import IdempotencyKeyReused, Unavailable
-from gateway.feed import AppendResult, FeedKey, FeedKind, FeedState, Known, NewItem, StoredItem
-
-#: How many feeds' last-seen positions a node remembers for rollback detection.
-KNOWN_FEEDS_LIMIT = 100_000
+from gateway.feed import AppendResult, FeedKey, FeedKind, FeedState, NewItem, StoredItem
+from gateway.store.known import KnownPositions
 
 
 def chain_next(previous: str, data: bytes) -> str:
@@ -49,48 +46,6 @@ def chain_next(previous: str, data: bytes) -> str:
 def epoch_floor(now_ms: int, previous: int) -> int:
     """A new epoch: the clock in ms, or one more than the previous if that is not later."""
     return now_ms if now_ms > previous else previous + 1
-
-
-class KnownPositions:
-    """What this node last saw of each feed (epoch, offset, chain), for rollback checks.
-
-    Bounded: the least recently updated feeds are forgotten past ``limit``; a forgotten
-    feed is simply not checked until the node sees it again.
-    """
-
-    def __init__(self, limit: int = KNOWN_FEEDS_LIMIT) -> None:
-        self._limit = limit
-        self._known: OrderedDict[FeedKey, Known] = OrderedDict()
-
-    def get(self, feed: FeedKey) -> Known | None:
-        return self._known.get(feed)
-
-    def split(self, feed: FeedKey) -> tuple[int, int, str]:
-        """``(epoch, offset, chain)`` as the append step takes them; zeros when unknown."""
-        known = self._known.get(feed)
-        if known is None:
-            return 0, 0, ""
-        return known.epoch, known.offset, known.chain
-
-    def advance(self, feed: FeedKey, epoch: int, offset: int, chain: str) -> None:
-        """Remember a position, unless one at or beyond it is already known."""
-        current = self._known.get(feed)
-        if current is not None and (current.epoch, current.offset) >= (epoch, offset):
-            return
-        self._set(feed, Known(epoch, offset, chain))
-
-    def reset(self, feed: FeedKey, state: FeedState) -> None:
-        """The feed's state as the store reports it now (after a check or an append)."""
-        self._set(feed, Known(state.epoch, state.head, state.chain))
-
-    def forget(self, feed: FeedKey) -> None:
-        self._known.pop(feed, None)
-
-    def _set(self, feed: FeedKey, known: Known) -> None:
-        self._known[feed] = known
-        self._known.move_to_end(feed)
-        if len(self._known) > self._limit:
-            self._known.popitem(last=False)
 
 
 class Batch(msgspec.Struct):

@@ -40,6 +40,7 @@ from redis.maint_notifications import MaintNotificationsConfig
 
 from gateway.errors import Unavailable
 from gateway.feed import FeedKey, FeedState
+from gateway.loopmetrics import Bins
 from gateway.metrics import Metrics
 from gateway.store.redis.lane import Lane
 
@@ -510,6 +511,13 @@ class RedisConnection:
     def observe(self, command: str, seconds: float) -> None:
         if self.metrics is not None:
             self.metrics.redis_command_seconds.labels(command).observe(seconds)
+
+    def command_seconds(self, command: str) -> Bins | None:
+        """The ``gateway_redis_command_seconds`` series of ``command`` (None without
+        metrics), for a caller that times it on every call (the append step)."""
+        if self.metrics is None:
+            return None
+        return self.metrics.redis_command_seconds.labels(command)
 
     def metrics_rotation(self, reason: str, lost: int) -> None:
         if self.metrics is not None:
