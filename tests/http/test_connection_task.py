@@ -110,3 +110,40 @@ async def test_closing_the_server_ends_the_tasks_of_idle_connections() -> None:
         assert len(server._handlers) == 0
         for stream in streams:
             await stream.aclose()
+
+
+async def test_a_pipelined_request_waits_its_turn_behind_other_connections() -> None:
+    """A connection's next request, already here, is not handled before the work the
+    loop has ready (here another connection's handler, released at the same moment):
+    a pipelining client does not go ahead of the others."""
+    release = anyio.Event()
+    waiting: list[str] = []
+    order: list[str] = []
+
+    async def handler(request: Request, responder: Responder) -> None:
+        name = request.path.strip("/")
+        order.append(f"{name} starts")
+        if name in ("a1", "b1"):
+            waiting.append(name)
+            await release.wait()
+        order.append(f"{name} ends")
+        responder.send(200, b"{}")
+
+    server, port = await _served(handler)
+    try:
+        with anyio.fail_after(10):
+            a = await anyio.connect_tcp("127.0.0.1", port)
+            await a.send(_get("/a1") + _get("/a2"))  # pipelined
+            await until(lambda: waiting == ["a1"], 5, "a1 waits")
+            b = await anyio.connect_tcp("127.0.0.1", port)
+            await b.send(_get("/b1"))
+            await until(lambda: waiting == ["a1", "b1"], 5, "b1 waits")
+            release.set()  # a1, then b1, may go on
+            buffer = bytearray()
+            assert [await _read_answer(a, buffer) for _ in range(2)] == [b"{}", b"{}"]
+            assert await _read_answer(b, bytearray()) == b"{}"
+            assert order[2:] == ["a1 ends", "b1 ends", "a2 starts", "a2 ends"]
+            await a.aclose()
+            await b.aclose()
+    finally:
+        await server.aclose()

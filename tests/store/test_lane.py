@@ -8,6 +8,7 @@ left unanswered for the timeout takes the connection."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -197,6 +198,29 @@ async def test_a_write_left_unanswered_for_the_timeout_takes_the_connection(
             # ... and the next caller's reply is its own, on a new connection.
             assert await lane.run([pack(["LPOP", "q"])]) == [b"v"]
         assert lane.connects == 2
+    finally:
+        await conn.aclose()
+
+
+async def test_each_write_has_the_whole_timeout_though_one_timer_serves_them_all(
+    server: RedisServer,
+) -> None:
+    """The lane's one timer is set for its first write; when it fires, that write is
+    answered and a later one is not yet due: it waits for that one's time, then takes
+    the connection (neither early nor never)."""
+    conn = RedisConnection(server.url, timeout=0.5)
+    lane = conn.lane()
+    assert lane is not None
+    try:
+        with anyio.fail_after(10):
+            # Answered (nil) by Redis after 0.2 s, inside the timeout: the timer stays.
+            assert await lane.run([pack(["BLPOP", "q1", "0.2"])]) == [None]
+            started = time.monotonic()
+            with pytest.raises(Unavailable, match=r"did not answer within 0\.5 s"):
+                await lane.run([pack(["BLPOP", "q2", 5])])
+            # Its own 0.5 s, though the timer was first due 0.3 s after it was sent.
+            assert time.monotonic() - started >= 0.5
+        assert lane.connects == 1
     finally:
         await conn.aclose()
 
