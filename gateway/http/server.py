@@ -454,9 +454,9 @@ class HttpConnection(asyncio.Protocol):
         # Reading stops only if more bytes come while the handler runs (data_received):
         # pipelined requests wait in the kernel, not in our memory.
         waiting, self._waiting = self._waiting, None
-        if waiting is not None:
+        if waiting is not None and not waiting.done():
             waiting.set_result(request)  # to the connection's task, between requests
-        else:
+        else:  # the first request, or the task is gone (cancelled while it waited)
             self.server.spawn(self._serve, request)
 
     def _fail(self, status: int, exc: GatewayError) -> None:
@@ -473,22 +473,23 @@ class HttpConnection(asyncio.Protocol):
 
     # -- handling --------------------------------------------------------------------
 
-    async def _serve(self, request: Request) -> None:
+    async def _serve(self, first: Request | None) -> None:
         """Handle this connection's requests, one after another, in one task.
 
         A task per request cost a keep-alive client ~2 us more on every request (the
         task, its registration with asyncio, its callbacks).  Between requests the task
         waits on a future that :meth:`_pump` resolves with the next request, or
-        :meth:`connection_lost` with None.  It ends with the connection, or after a
-        request that ends it (an answer that closes, a stream, an upgrade).  Every
-        handler leaves what it sets of the task's context as it found it (log fields
-        are bound with ``with``, cancel scopes are exited), so requests do not see each
-        other's.
+        :meth:`connection_lost` with None; it keeps no request while it waits (a
+        body, a token).  It ends with the connection, or after a request that ends it
+        (an answer that closes, a stream, an upgrade).  Every handler leaves what it
+        sets of the task's context as it found it (log fields are bound with ``with``,
+        cancel scopes are exited), so requests do not see each other's.
         """
-        next_request: Request | None = request
-        while next_request is not None:
-            if not await self._handle(next_request):
+        request, first = first, None
+        while request is not None:
+            if not await self._handle(request):
                 return
+            request = None
             waiting: asyncio.Future[Request | None] = self._loop.create_future()
             self._waiting = waiting
             self._pump()  # a request already here (pipelined) resolves it at once
@@ -498,7 +499,7 @@ class HttpConnection(asyncio.Protocol):
                 # ran 30% slower (bench/publish.py row 1 x 4, the node idle a quarter
                 # of the time).
                 await asyncio.sleep(0)
-            next_request = await waiting
+            request = await waiting
 
     async def _handle(self, request: Request) -> bool:
         """Handle one request; True if the connection stays open for the next one."""

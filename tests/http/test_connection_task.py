@@ -147,3 +147,22 @@ async def test_a_pipelined_request_waits_its_turn_behind_other_connections() -> 
             await b.aclose()
     finally:
         await server.aclose()
+
+
+async def test_a_connection_whose_task_was_cancelled_between_requests_is_still_served() -> None:
+    server, port = await _served(_empty)
+    try:
+        with anyio.fail_after(10):
+            stream = await anyio.connect_tcp("127.0.0.1", port)
+            buffer = bytearray()
+            await stream.send(_get("/"))
+            assert await _read_answer(stream, buffer) == b"{}"
+            server._handlers.cancel()  # the task waiting for the next request
+            await until(lambda: len(server._handlers) == 0, 5, "the task ended")
+            # The next request is answered (by a new task), not dropped.
+            await stream.send(_get("/"))
+            assert await _read_answer(stream, buffer) == b"{}"
+            assert len(server._handlers) == 1
+            await stream.aclose()
+    finally:
+        await server.aclose()
