@@ -65,6 +65,7 @@ def _bare_lf(buf: bytes | bytearray, start: int, end: int) -> bool:
     return buf.count(b"\n", start, end) != buf.count(b"\r\n", max(0, start - 1), end)
 
 
+#: The answer to a head with a line that ends in LF alone (checked in two places).
 _BARE_LF: Final = "a line of the request head ends with a bare LF"
 #: Fields that are comma-separated lists: repeated lines are joined, not replaced.
 _LISTS: Final = frozenset({"connection", "transfer-encoding"})

@@ -509,12 +509,13 @@ class RedisConnection:
                 self.observe(command, time.perf_counter() - started)
 
     def observe(self, command: str, seconds: float) -> None:
-        if self.metrics is not None:
-            self.metrics.redis_command_seconds.labels(command).observe(seconds)
+        series = self.command_seconds(command)
+        if series is not None:
+            series.observe(seconds)
 
     def command_seconds(self, command: str) -> Bins | None:
         """The ``gateway_redis_command_seconds`` series of ``command`` (None without
-        metrics), for a caller that times it on every call (the append step)."""
+        metrics); a caller that times it on every call (the append step) keeps it."""
         if self.metrics is None:
             return None
         return self.metrics.redis_command_seconds.labels(command)
