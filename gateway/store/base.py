@@ -24,7 +24,6 @@ instead of testing its type.
 from __future__ import annotations
 
 import abc
-import hashlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -36,11 +35,7 @@ from gateway.cursor import Cursor
 from gateway.errors import IdempotencyKeyReused, Unavailable
 from gateway.feed import AppendResult, FeedKey, FeedKind, FeedState, NewItem, StoredItem
 from gateway.store.known import KnownPositions
-
-
-def chain_next(previous: str, data: bytes) -> str:
-    """The chain value after an item (the Lua append step computes the same)."""
-    return hashlib.sha1(previous.encode("ascii") + data).hexdigest()
+from gateway.store.known import chain_next as chain_next
 
 
 def epoch_floor(now_ms: int, previous: int) -> int:

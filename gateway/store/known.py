@@ -7,12 +7,19 @@ combined by the stores).
 
 from __future__ import annotations
 
+import hashlib
 from collections import OrderedDict
+from collections.abc import Sequence
 
-from gateway.feed import FeedKey, FeedState, Known
+from gateway.feed import FeedKey, FeedState, Known, StoredItem
 
 #: How many feeds' last-seen positions a node remembers for rollback detection.
 KNOWN_FEEDS_LIMIT = 100_000
+
+
+def chain_next(previous: str, data: bytes) -> str:
+    """The chain value after an item (the Lua append step computes the same)."""
+    return hashlib.sha1(previous.encode("ascii") + data).hexdigest()
 
 
 class KnownPositions:
@@ -42,6 +49,54 @@ class KnownPositions:
         if current is not None and (current.epoch, current.offset) >= (epoch, offset):
             return
         self._set(feed, Known(epoch, offset, chain))
+
+    def continues(
+        self, feed: FeedKey, items: Sequence[StoredItem], before: str | None = None
+    ) -> bool:
+        """Whether ``items`` (one feed's, in offset order) agree with what this node saw
+        of ``feed``; if they do, the newest of them is remembered.
+
+        An item at the known offset must carry the known chain value, and the item
+        right after it must continue that chain.  That is checked against ``before``,
+        the chain value the append step announced right before ``items[0]`` (and, for
+        each later item, the chain of the item before it, when that is the offset
+        before it): the append step computed each item's chain from exactly that value
+        (docs/storage.md, "The append step"), so comparing the two strings proves
+        what recomputing the hash would, for none of its cost.  Only an item with no
+        announced predecessor (``before`` None: a stream read, an older append step's
+        message) has its chain recomputed from its data.
+        """
+        known = self._known.get(feed)
+        seen = known is not None
+        epoch = offset = 0
+        chain = ""
+        if known is not None:
+            epoch, offset, chain = known.epoch, known.offset, known.chain
+        advanced = False
+        # ``prior``: the chain announced before the item at (prior_epoch, prior_offset).
+        prior = before
+        prior_epoch = prior_offset = -1
+        if items:
+            prior_epoch, prior_offset = items[0].epoch, items[0].offset
+        for item in items:
+            if seen and item.epoch == epoch:
+                if item.offset == offset:
+                    if item.chain != chain:
+                        return False
+                elif item.offset == offset + 1:
+                    announced = item.epoch == prior_epoch and item.offset == prior_offset
+                    if prior is not None and announced:
+                        if prior != chain:
+                            return False
+                    elif item.chain != chain_next(chain, item.data):
+                        return False
+            if not seen or item.epoch > epoch or (item.epoch == epoch and item.offset > offset):
+                seen = advanced = True
+                epoch, offset, chain = item.epoch, item.offset, item.chain
+            prior, prior_epoch, prior_offset = item.chain, item.epoch, item.offset + 1
+        if advanced:
+            self._set(feed, Known(epoch, offset, chain))
+        return True
 
     def reset(self, feed: FeedKey, state: FeedState) -> None:
         """The feed's state as the store reports it now (after a check or an append)."""

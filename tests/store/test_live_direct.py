@@ -22,7 +22,7 @@ from httpx_sse import aconnect_sse
 from gateway.cursor import Cursor
 from gateway.errors import Unavailable
 from gateway.feed import FeedKey, NewItem, team_feed
-from gateway.store.base import Backend, Batch
+from gateway.store.base import Backend, Batch, chain_next
 from gateway.store.redis.connection import ListenerAddress
 from gateway.store.redis.listener import Waker, connect
 from gateway.store.redis.live import RedisLive
@@ -182,6 +182,38 @@ async def test_a_transient_message_and_the_items_after_it_keep_their_order(
             later = await backend.live.read_new(positions, count=100, block_ms=5_000)
         offsets = [i.offset for i in later[f].items]
     assert offsets == [2]
+
+
+async def test_items_that_continue_a_rewritten_history_are_not_handed_over(
+    backend: Backend, redis_url: str, redis_prefix: str
+) -> None:
+    f, positions, direct = await follow(backend, 3)
+    epoch = positions[f].epoch
+    # Item 3 is not what this node saw any more (as if a failover lost it and another
+    # node appended a different one), and that other node, which never saw the
+    # original, appends item 4 after it.
+    meta, stream, _ = redis_feeds(backend).keys(f)
+    client = redis_feeds(backend).conn.client
+    kept = await client.xrange(stream, f"{epoch}-1", f"{epoch}-2")
+    data = b'"not the original"'
+    chain = chain_next(kept[-1][1][b"c"].decode(), data)
+    await client.delete(stream)
+    for entry_id, fields in kept:
+        await client.xadd(stream, fields, id=entry_id)
+    await client.xadd(stream, {"d": data, "c": chain, "k": "", "t": ""}, id=f"{epoch}-3")
+    await client.hset(meta, "chain", chain)
+    other = open_backend(redis_url, redis_prefix, node_id="other")
+    try:
+        async with WaitingRead(backend, positions, direct).started() as read:
+            await other.feeds.append(f, items(1), retention=100)
+            got = await read.result()
+    finally:
+        await other.aclose()
+    # Offset 4 follows position 3, but the chain it was computed from is not the one
+    # this node knows: not handed over, not delivered; the feed moves to a new epoch.
+    assert direct.calls == []
+    reset = got[f].reset
+    assert got[f].items == [] and reset is not None and reset.epoch > epoch
 
 
 @pytest.mark.parametrize("pending", ["server change", "reset of this feed", "wake-up"])

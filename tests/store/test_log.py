@@ -13,7 +13,7 @@ from gateway.errors import HeadMoved, IdempotencyKeyReused
 from gateway.feed import FeedKey, NewItem, team_feed
 from gateway.store.base import Backend, Joined, Positions, chain_next
 from gateway.store.redis import redis_backend
-from gateway.store.redis.live import _announced
+from gateway.store.redis.live import _after, _announced
 from tests.support import events as ev
 from tests.support.backends import lose, open_backend, redis_feeds
 
@@ -317,17 +317,35 @@ async def test_reads_carry_the_append_time(store: Backend) -> None:
 
 def test_announcements_are_read_with_or_without_an_append_time() -> None:
     payload = b"c1 2\nabc2 1\nd"
-    items, appended = _announced(b"17 4 1700000000.250000\n" + payload)
+    items, appended, before = _announced(b"17 4 1700000000.250000 c0\n" + payload)
     assert appended == 1700000000.25
+    assert before == "c0"
     assert [(i.epoch, i.offset, i.data, i.chain) for i in items] == [
         (17, 4, b"ab", "c1"),
         (17, 5, b"d", "c2"),
     ]
-    # What an older append step published (no time), or an odd time: items still read.
-    for head in (b"17 4\n", b"17 4 soon\n", b"17 4 1.5 extra\n"):
-        again, when = _announced(head + payload)
+    # At an epoch's start the chain before is empty, which is not "unknown".
+    assert _announced(b"17 1 1.5 \n" + payload)[2] == ""
+    # What an older append step published (no chain before; no time either), or an
+    # odd time: items still read, and the chain before is unknown.
+    for head in (b"17 4\n", b"17 4 soon\n", b"17 4 1.5\n"):
+        again, when, unknown = _announced(head + payload)
         assert again == items
         assert when == (1.5 if b"1.5" in head else 0.0)
+        assert unknown is None
+
+
+def test_the_items_after_a_position_name_the_chain_before_the_first_of_them() -> None:
+    payload = b"17 4 1.5 c3\nc4 1\nac5 1\nbc6 1\nc"
+    fresh, _, continues, before = _after(payload, Cursor(17, 3))
+    assert [i.offset for i in fresh] == [4, 5, 6] and continues and before == "c3"
+    # Items this node already has are skipped: the chain before is the last skipped one's.
+    fresh, _, continues, before = _after(payload, Cursor(17, 5))
+    assert [i.offset for i in fresh] == [6] and continues and before == "c5"
+    # A gap: not a continuation (the stream is read instead).
+    fresh, _, continues, _ = _after(payload, Cursor(17, 2))
+    assert [i.offset for i in fresh] == [4, 5, 6] and not continues
+    assert _after(payload, Cursor(17, 6))[0] == []
 
 
 async def test_wake_returns_a_blocked_read(store: Backend) -> None:

@@ -32,8 +32,12 @@
 -- After appending, the new items are PUBLISHed on the channel named like the stream
 -- (pub/sub channels and keys are separate namespaces), so the nodes that follow the
 -- feed get them live without reading the stream:
---   "<epoch> <first offset> <append time>\n" then per item "<chain> <byte length>\n<data>"
--- where the append time is the server's clock (TIME) as "<seconds>.<microseconds>".
+--   "<epoch> <first offset> <append time> <chain before>\n"
+--   then per item "<chain> <byte length>\n<data>"
+-- where the append time is the server's clock (TIME) as "<seconds>.<microseconds>" and
+-- the chain before is the chain value the first item's was computed from ("" at the
+-- start of an epoch): a node that knows the feed up to the offset before compares it
+-- with the chain it knows instead of hashing the item again.
 --
 -- Stream entry ids are "<epoch>-<offset>", so a cursor is an entry id and entries of
 -- a newer epoch sort after every entry of an older one.  Entry fields: d (data),
@@ -167,8 +171,8 @@ local function clock()
   return t[1] .. '.' .. string.format('%06d', tonumber(t[2]))
 end
 
-local function announce(items, stamp)
-  local parts = {fmt(epoch) .. ' ' .. fmt(head - #items + 1) .. ' ' .. stamp .. '\n'}
+local function announce(items, stamp, before)
+  local parts = {fmt(epoch) .. ' ' .. fmt(head - #items + 1) .. ' ' .. stamp .. ' ' .. before .. '\n'}
   for _, it in ipairs(items) do
     parts[#parts + 1] = it[1] .. ' ' .. #it[2] .. '\n'
     parts[#parts + 1] = it[2]
@@ -276,6 +280,7 @@ if (tomb or gone) and #new > 0 then
 end
 
 local published = {}
+local before = chain
 local stamp = ''
 if #new > 0 then stamp = clock() end
 for _, i in ipairs(new) do
@@ -292,7 +297,7 @@ for _, i in ipairs(new) do
 end
 if #new > 0 then
   redis.call('HSET', M, 'head', fmt(head), 'chain', chain)
-  announce(published, stamp)
+  announce(published, stamp, before)
 end
 
 -- Retention: at most 1000 entries per call, so the step stays short; later appends

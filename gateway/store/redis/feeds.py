@@ -21,7 +21,7 @@ import structlog
 from gateway.cursor import Cursor
 from gateway.errors import HeadMoved, IdempotencyKeyReused, Unavailable
 from gateway.feed import AppendResult, FeedKey, FeedState, NewItem, StoredItem
-from gateway.store.base import Batch, FeedStore, Joined, chain_next, history_start
+from gateway.store.base import Batch, FeedStore, Joined, history_start
 from gateway.store.redis.coalesce import Coalescer
 from gateway.store.redis.connection import RedisConnection, translate
 from gateway.store.redis.resp import pack, refused
@@ -475,21 +475,11 @@ class RedisFeeds(FeedStore):
             return []
         return items
 
-    def continues(self, feed: FeedKey, items: list[StoredItem]) -> bool:
-        """Check items against what this node saw of the feed, then remember them."""
-        known = self.known.get(feed)
-        for item in items:
-            if known is not None and item.epoch == known.epoch:
-                if item.offset == known.offset and item.chain != known.chain:
-                    return False
-                if item.offset == known.offset + 1 and item.chain != chain_next(
-                    known.chain, item.data
-                ):
-                    return False
-            if known is None or (item.epoch, item.offset) > (known.epoch, known.offset):
-                self.known.advance(feed, item.epoch, item.offset, item.chain)
-                known = self.known.get(feed)
-        return True
+    def continues(self, feed: FeedKey, items: list[StoredItem], before: str | None = None) -> bool:
+        """Check items against what this node saw of the feed, then remember them
+        (:meth:`KnownPositions.continues`; ``before``: the chain value announced right
+        before ``items[0]``, if known)."""
+        return self.known.continues(feed, items, before)
 
     async def verify(self, positions: Mapping[FeedKey, Cursor]) -> dict[FeedKey, Batch]:
         """Check that each followed feed still continues what this node delivered.

@@ -467,10 +467,10 @@ class RedisLive(LiveFeed):
             pos = batch.items[-1].cursor if batch is not None else positions.get(feed)
             if pos is None:
                 continue
-            fresh, appended, continues = _after(payload, pos)
+            fresh, appended, continues, before = _after(payload, pos)
             if not fresh:
                 continue
-            if not continues or not self.feeds.continues(feed, fresh):
+            if not continues or not self.feeds.continues(feed, fresh, before):
                 # Something was missed, or the items are not what this node saw: the
                 # reader reads the stream, or moves the feed on.
                 refused.add(feed)
@@ -536,7 +536,7 @@ class RedisLive(LiveFeed):
         pos = seen.get(feed) or positions.get(feed)
         if pos is None:
             return
-        fresh, appended, continues = _after(payload, pos)
+        fresh, appended, continues, _ = _after(payload, pos)
         if not fresh:
             return
         if continues:
@@ -557,31 +557,38 @@ class RedisLive(LiveFeed):
 TRANSIENT_MARK = b"T\n"
 
 
-def _after(payload: bytes, pos: Cursor) -> tuple[list[StoredItem], float, bool]:
-    """The items a message announces after ``pos``, their append time, and whether they
-    continue ``pos`` (else something was missed before them)."""
-    announced, appended = _announced(payload)
-    fresh = [
-        i
-        for i in announced
-        if i.epoch > pos.epoch or (i.epoch == pos.epoch and i.offset > pos.offset)
-    ]
-    if not fresh:
-        return fresh, appended, False
+def _after(payload: bytes, pos: Cursor) -> tuple[list[StoredItem], float, bool, str | None]:
+    """The items a message announces after ``pos``, their append time, whether they
+    continue ``pos`` (else something was missed before them), and the chain value
+    announced right before the first of them (None if the message does not say)."""
+    announced, appended, before = _announced(payload)
+    skip = 0
+    for item in announced:
+        if item.epoch > pos.epoch or (item.epoch == pos.epoch and item.offset > pos.offset):
+            break
+        skip += 1
+    if skip == len(announced):
+        return [], appended, False, None
+    fresh = announced[skip:] if skip else announced
+    if skip:
+        before = announced[skip - 1].chain
     first = fresh[0]
     continues = (first.epoch == pos.epoch and first.offset == pos.offset + 1) or (
         first.epoch > pos.epoch and first.offset == 1
     )
-    return fresh, appended, continues
+    return fresh, appended, continues, before
 
 
-def _announced(payload: bytes) -> tuple[list[StoredItem], float]:
-    """Parse what the append step published (see feed.lua): items in offset order, and
-    their append time (0.0 if the header has none: an older append step's message)."""
+def _announced(payload: bytes) -> tuple[list[StoredItem], float, str | None]:
+    """Parse what the append step published (see feed.lua): items in offset order,
+    their append time (0.0 if the header has none: an older append step's message),
+    and the chain value before the first item (None from an append step older still).
+    """
     head, _, rest = payload.partition(b"\n")
     fields = head.split(b" ")
     epoch, offset = int(fields[0]), int(fields[1])
     appended = _seconds(fields[2]) if len(fields) > 2 else 0.0
+    before = fields[3].decode("ascii") if len(fields) > 3 else None
     items: list[StoredItem] = []
     at, end = 0, len(rest)
     while at < end:
@@ -591,7 +598,7 @@ def _announced(payload: bytes) -> tuple[list[StoredItem], float]:
         at = start + int(size)
         items.append(StoredItem(epoch, offset, rest[start:at], chain.decode("ascii")))
         offset += 1
-    return items, appended
+    return items, appended, before
 
 
 def _seconds(text: bytes | None) -> float:
