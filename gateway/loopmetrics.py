@@ -99,6 +99,11 @@ class LoopFamily(Generic[S]):
     def _new(self) -> S:
         raise NotImplementedError
 
+    def series(self) -> S:
+        """The unlabelled metric's one series, to keep and update directly on a hot path
+        (a family of labelled series has none: ``KeyError``)."""
+        return self._series[()]
+
     def labels(self, *values: object, **by_name: object) -> S:
         """The series of these label values (positional, or all by name), made on first
         use; a value that is not a ``str`` is named by ``str()`` (as prometheus_client

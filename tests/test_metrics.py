@@ -263,6 +263,19 @@ def test_series_are_remembered_and_counted_in_the_registry() -> None:
     assert "gateway_replay_items_count 0.0" in text  # unlabelled: there from the start
 
 
+def test_an_unlabelled_metric_s_series_kept_aside_is_the_one_exposed() -> None:
+    m = Metrics()
+    # The hub keeps these and updates them directly (Hub.__init__).
+    m.items_read.series().value += 4
+    m.fanout_seconds.series().observe(0.5)
+    m.items_read.inc()
+    text = generate_latest(m.registry).decode()
+    assert "gateway_items_read_total 5.0" in text
+    assert "gateway_fanout_seconds_count 1.0" in text
+    with pytest.raises(KeyError):
+        m.published.series()  # labelled: no one series
+
+
 def test_loop_metrics_expose_what_prometheus_client_does() -> None:
     """The same samples as prometheus_client's own counter, gauge and histogram (its
     ``_created`` series aside)."""

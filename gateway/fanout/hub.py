@@ -26,7 +26,7 @@ from gateway.fanout.flight import SingleFlight
 from gateway.fanout.outbox import NodeBudget
 from gateway.fanout.subscription import Chunk, Subscription, SubState, end_index
 from gateway.feed import FeedKey, FeedKind, FeedState, StoredItem
-from gateway.metrics import Metrics
+from gateway.metrics import Metrics, Sent
 from gateway.resume import Replay, Restart, plan, restart_cursor
 from gateway.store.base import Batch, FeedStore, Joined, LiveFeed, Positions
 from gateway.wire.format import Encoder, Format
@@ -157,6 +157,13 @@ class Hub:
         self._pages: SingleFlight[list[StoredItem]] = SingleFlight()
         #: Monotonic time of the reader's last completed read (for readiness).
         self.last_progress = 0.0
+        # The series every delivered batch updates, looked up once: ``Metrics`` is
+        # interpreted, and finding them in it cost each batch more than updating them.
+        self._items_read = metrics.items_read.series()
+        self._offers = metrics.fanout_offers.series()
+        self._fanout_seconds = metrics.fanout_seconds.series()
+        self._delivery_lag = metrics.delivery_lag.series()
+        self._sent: dict[str, Sent] = {}
 
     # -- joining -------------------------------------------------------------------
 
@@ -588,19 +595,20 @@ class Hub:
             for name in [n for n in channel.encoders if n not in encoded]:
                 del channel.encoders[name]
         # Metrics once per batch (per format), not per subscriber.
-        metrics = self.metrics
         delivered = 0
         for enc in encoded.values():
             if enc.taken:
                 delivered += enc.taken
-                sent = metrics.sent(enc.transport)
+                sent = self._sent.get(enc.transport)
+                if sent is None:
+                    sent = self._sent[enc.transport] = self.metrics.sent(enc.transport)
                 sent.frames += enc.taken * len(items)
                 sent.bytes += enc.taken * enc.size
-        metrics.items_read.value += len(items)
-        metrics.fanout_offers.value += delivered
-        metrics.fanout_seconds.observe(time.perf_counter() - started)
+        self._items_read.value += len(items)
+        self._offers.value += delivered
+        self._fanout_seconds.observe(time.perf_counter() - started)
         if delivered and appended:
-            metrics.delivery_lag.observe(max(0.0, time.time() - appended))
+            self._delivery_lag.observe(max(0.0, time.time() - appended))
 
     def _encode(self, channel: Channel, fmt: Format, items: list[StoredItem]) -> list[Chunk]:
         """Encode a batch once, in chunks of at most ``offer_chunk_bytes`` (whole frames).
