@@ -79,21 +79,24 @@ class KnownPositions:
         if items:
             prior_epoch, prior_offset = items[0].epoch, items[0].offset
         for item in items:
-            if seen and item.epoch == epoch:
-                if item.offset == offset:
-                    if item.chain != chain:
+            # Each attribute read once: an item is a msgspec Struct, read through
+            # getattr even from compiled code.
+            at_epoch, at_offset, at_chain = item.epoch, item.offset, item.chain
+            if seen and at_epoch == epoch:
+                if at_offset == offset:
+                    if at_chain != chain:
                         return False
-                elif item.offset == offset + 1:
-                    announced = item.epoch == prior_epoch and item.offset == prior_offset
+                elif at_offset == offset + 1:
+                    announced = at_epoch == prior_epoch and at_offset == prior_offset
                     if prior is not None and announced:
                         if prior != chain:
                             return False
-                    elif item.chain != chain_next(chain, item.data):
+                    elif at_chain != chain_next(chain, item.data):
                         return False
-            if not seen or item.epoch > epoch or (item.epoch == epoch and item.offset > offset):
+            if not seen or at_epoch > epoch or (at_epoch == epoch and at_offset > offset):
                 seen = advanced = True
-                epoch, offset, chain = item.epoch, item.offset, item.chain
-            prior, prior_epoch, prior_offset = item.chain, item.epoch, item.offset + 1
+                epoch, offset, chain = at_epoch, at_offset, at_chain
+            prior, prior_epoch, prior_offset = at_chain, at_epoch, at_offset + 1
         if advanced:
             self._set(feed, Known(epoch, offset, chain))
         return True

@@ -346,6 +346,13 @@ def test_the_items_after_a_position_name_the_chain_before_the_first_of_them() ->
     fresh, _, continues, _ = _after(payload, Cursor(17, 2))
     assert [i.offset for i in fresh] == [4, 5, 6] and not continues
     assert _after(payload, Cursor(17, 6))[0] == []
+    # Another epoch: a newer one continues only from its first offset; an older one's
+    # items are behind any position in a newer epoch.
+    fresh, _, continues, before = _after(payload, Cursor(16, 9))
+    assert [i.offset for i in fresh] == [4, 5, 6] and not continues
+    fresh, _, continues, before = _after(b"17 1 1.5 \nc1 1\na", Cursor(16, 9))
+    assert [i.offset for i in fresh] == [1] and continues and before == ""
+    assert _after(payload, Cursor(18, 0))[0] == []
 
 
 async def test_wake_returns_a_blocked_read(store: Backend) -> None:

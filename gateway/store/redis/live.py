@@ -562,21 +562,21 @@ def _after(payload: bytes, pos: Cursor) -> tuple[list[StoredItem], float, bool, 
     continue ``pos`` (else something was missed before them), and the chain value
     announced right before the first of them (None if the message does not say)."""
     announced, appended, before = _announced(payload)
-    skip = 0
-    for item in announced:
-        if item.epoch > pos.epoch or (item.epoch == pos.epoch and item.offset > pos.offset):
-            break
-        skip += 1
-    if skip == len(announced):
+    if not announced:
         return [], appended, False, None
-    fresh = announced[skip:] if skip else announced
+    # One epoch per message, offsets in order: the items after ``pos`` are a suffix.
+    epoch, first = announced[0].epoch, announced[0].offset
+    pos_epoch, pos_offset = pos
+    skip = 0 if epoch > pos_epoch else min(max(pos_offset + 1 - first, 0), len(announced))
+    if epoch < pos_epoch or skip == len(announced):
+        return [], appended, False, None
     if skip:
-        before = announced[skip - 1].chain
-    first = fresh[0]
-    continues = (first.epoch == pos.epoch and first.offset == pos.offset + 1) or (
-        first.epoch > pos.epoch and first.offset == 1
+        announced, before = announced[skip:], announced[skip - 1].chain
+    first += skip
+    continues = (epoch == pos_epoch and first == pos_offset + 1) or (
+        epoch > pos_epoch and first == 1
     )
-    return fresh, appended, continues, before
+    return announced, appended, continues, before
 
 
 def _announced(payload: bytes) -> tuple[list[StoredItem], float, str | None]:
