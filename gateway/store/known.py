@@ -57,14 +57,17 @@ class KnownPositions:
         of ``feed``; if they do, the newest of them is remembered.
 
         An item at the known offset must carry the known chain value, and the item
-        right after it must continue that chain.  That is checked against ``before``,
-        the chain value the append step announced right before ``items[0]`` (and, for
-        each later item, the chain of the item before it, when that is the offset
-        before it): the append step computed each item's chain from exactly that value
-        (docs/storage.md, "The append step"), so comparing the two strings proves
-        what recomputing the hash would, for none of its cost.  Only an item with no
-        announced predecessor (``before`` None: a stream read, an older append step's
-        message) has its chain recomputed from its data.
+        right after it must continue that chain.
+
+        ``before``, when given, says that ``items`` are what one message of the append
+        step announced after that chain value (``items[0]``'s chain was computed from
+        ``before``, each later item's from the item before it in the list): the check
+        is then a comparison of ``before``, or of the previous item's chain, with the
+        known chain.  It proves what recomputing the hash would, for none of its cost,
+        since the one append step computed each chain from exactly that value
+        (docs/storage.md, "The append step").  Without it (items read from the stream,
+        gathered from several messages, or an older append step's message) the item
+        right after the known offset has its chain recomputed from its data, each time.
         """
         known = self._known.get(feed)
         seen = known is not None
@@ -73,8 +76,10 @@ class KnownPositions:
         if known is not None:
             epoch, offset, chain = known.epoch, known.offset, known.chain
         advanced = False
-        # ``prior``: the chain announced before the item at (prior_epoch, prior_offset).
-        prior = before
+        # ``prior``: the chain announced before the item at (prior_epoch, prior_offset),
+        # trusted only within one message.
+        one_message = before is not None
+        prior = before or ""
         prior_epoch = prior_offset = -1
         if items:
             prior_epoch, prior_offset = items[0].epoch, items[0].offset
@@ -88,7 +93,7 @@ class KnownPositions:
                         return False
                 elif at_offset == offset + 1:
                     announced = at_epoch == prior_epoch and at_offset == prior_offset
-                    if prior is not None and announced:
+                    if one_message and announced:
                         if prior != chain:
                             return False
                     elif at_chain != chain_next(chain, item.data):

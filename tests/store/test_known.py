@@ -51,7 +51,7 @@ def test_an_announced_chain_before_that_differs_is_a_rewritten_history() -> None
     assert known.split(FEED) == (7, 3, "c3")  # nothing remembered
 
 
-def test_without_an_announced_chain_the_first_item_is_recomputed() -> None:
+def test_without_an_announced_chain_every_item_is_recomputed() -> None:
     known = known_at(7, 3, "c3")
     assert known.continues(FEED, chained(7, 4, [b"d", b"e"], "c3"))
     assert known.split(FEED)[:2] == (7, 5)
@@ -59,6 +59,20 @@ def test_without_an_announced_chain_the_first_item_is_recomputed() -> None:
     assert not known.continues(FEED, chained(7, 4, [b"d"], "not c3"))
     assert not known.continues(FEED, [StoredItem(7, 4, b"d", "c4")])
     assert known.split(FEED) == (7, 3, "c3")
+
+
+def test_items_gathered_from_several_messages_are_each_recomputed() -> None:
+    # Item 4 came in one message; then the feed was rewritten from offset 4 on (a
+    # restore the appending node could not see) and another message brought item 5,
+    # computed from the new item 4.  Gathered into one list, without a "before": the
+    # list's item 4 must not vouch for item 5.
+    four = chained(7, 4, [b"d"], "c3")[0]
+    five = chained(7, 5, [b"e"], chain_next("c3", b"not d"))[0]
+    known = known_at(7, 3, "c3")
+    assert not known.continues(FEED, [four, five])
+    # Within one message (a "before" given) the append step computed each chain from
+    # the item before it in the message, which is why it is trusted there.
+    assert known_at(7, 3, "c3").continues(FEED, [four, five], "c3")
 
 
 def test_an_item_at_the_known_offset_must_carry_the_known_chain() -> None:
