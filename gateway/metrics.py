@@ -210,15 +210,17 @@ class Metrics:
             "subscriptions on this node.",
             FANOUT_BUCKETS,
         )
-        self._sent: dict[str, Sent] = {}
+        #: The frame and byte counts by transport, as the collector exposes them: made
+        #: by :meth:`sent`; a hot path may keep this dict and look in it first.
+        self.sent_by_transport: dict[str, Sent] = {}
         loop = [m for m in vars(self).values() if isinstance(m, LoopMetric)]
-        r.register(LoopCollector(loop, self._sent))
+        r.register(LoopCollector(loop, self.sent_by_transport))
 
     def sent(self, transport: str) -> Sent:
         """The frame and byte counts of one transport (add to them directly)."""
-        sent = self._sent.get(transport)
+        sent = self.sent_by_transport.get(transport)
         if sent is None:
-            sent = self._sent[transport] = Sent()
+            sent = self.sent_by_transport[transport] = Sent()
         return sent
 
 

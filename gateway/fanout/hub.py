@@ -163,7 +163,7 @@ class Hub:
         self._offers = metrics.fanout_offers.series()
         self._fanout_seconds = metrics.fanout_seconds.series()
         self._delivery_lag = metrics.delivery_lag.series()
-        self._sent: dict[str, Sent] = {}
+        self._sent: dict[str, Sent] = metrics.sent_by_transport
 
     # -- joining -------------------------------------------------------------------
 
@@ -601,7 +601,7 @@ class Hub:
                 delivered += enc.taken
                 sent = self._sent.get(enc.transport)
                 if sent is None:
-                    sent = self._sent[enc.transport] = self.metrics.sent(enc.transport)
+                    sent = self.metrics.sent(enc.transport)
                 sent.frames += enc.taken * len(items)
                 sent.bytes += enc.taken * enc.size
         self._items_read.value += len(items)
