@@ -4,7 +4,8 @@
 with ``cluster-enabled yes`` (each a :class:`tests.support.redis_server.RedisServer`
 on a free port, its cluster bus on another free port), joins them with
 ``redis-cli --cluster create ... --cluster-replicas R --cluster-yes`` and waits until
-every node reports ``cluster_state:ok`` and all agree on who serves every slot.
+every node reports ``cluster_state:ok``, all agree on who serves every slot, and
+every node sees every replica attached to its master with its link up.
 
 Operations, each bounded:
 
@@ -164,6 +165,7 @@ class RedisCluster:
                 await anyio.to_thread.run_sync(server.start)
             await anyio.to_thread.run_sync(self._create)
             await self.wait_ok()
+            await _poll("replicas attached", self._replicas_attached, SETTLE_TIMEOUT)
         except BaseException:
             await self.aclose()
             raise
@@ -266,6 +268,25 @@ class RedisCluster:
         covered = sum(hi - lo + 1 for _, ranges in maps[0] for lo, hi in ranges)
         return covered == SLOTS and all(m == maps[0] for m in maps)
 
+    def _replicas_attached(self) -> bool:
+        """Every node sees every replica under a master, and every replica's link is up.
+
+        ``wait_ok`` looks at slots only; a replica that gossip has not yet announced, or
+        that has not finished its first sync, cannot be found by :meth:`wait_failover`
+        or cannot be promoted (seen in CI: a master killed right after the cluster
+        formed had "no replica" in a seed node's view).
+        """
+        wanted = self.masters_wanted * self.replicas_per_master
+        for server in self.running:
+            nodes = parse_nodes(ask(server.port, "CLUSTER", "NODES"))
+            masters = {n.id for n in nodes if n.is_master and n.slots}
+            if sum(1 for n in nodes if n.master_id in masters) != wanted:
+                return False
+            info = ask(server.port, "INFO", "replication")  # parsed by redis-py
+            if info.get("role") == "slave" and info.get("master_link_status") != "up":
+                return False
+        return True
+
     async def wait_ok(self, within: float = SETTLE_TIMEOUT) -> None:
         """Until every running node says ``cluster_state:ok`` and all agree on the slots."""
         await _poll("cluster ok and agreed", self._agreed, within)
@@ -285,7 +306,7 @@ class RedisCluster:
         """Until a former replica of ``old_master`` serves its slots; that replica's port."""
         replicas = {n.id: n.port for n in self.nodes() if n.master_id == old_master.id}
         if not replicas:
-            raise LookupError(f"master {old_master.port} has no replica")
+            raise LookupError(f"master {old_master.port} has no replica:\n{self.diagnostics()}")
         promoted: list[int] = []
 
         def taken_over() -> bool:
