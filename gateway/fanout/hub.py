@@ -564,7 +564,7 @@ class Hub:
         ``appended`` is the wall-clock time the newest item was appended (0: unknown).
         """
         started = time.perf_counter()
-        channel.position = items[-1].cursor
+        last = channel.position = items[-1].cursor
         encoded: dict[str, _Encoded] = {}
         live = SubState.LIVE
         # Over a copy: a subscription taken off the live path tells its owner at once
@@ -575,7 +575,7 @@ class Hub:
             enc = encoded.get(sub.fmt.name)
             if enc is None:
                 enc = encoded[sub.fmt.name] = _Encoded(
-                    sub.fmt.transport, self._encode(channel, sub.fmt, items)
+                    sub.fmt.transport, self._encode(channel, sub.fmt, items, last)
                 )
             if not enc.chunks:  # a stateful format without an encoder here: catch up
                 sub.overflow()
@@ -610,7 +610,9 @@ class Hub:
         if delivered and appended:
             self._delivery_lag.observe(max(0.0, time.time() - appended))
 
-    def _encode(self, channel: Channel, fmt: Format, items: list[StoredItem]) -> list[Chunk]:
+    def _encode(
+        self, channel: Channel, fmt: Format, items: list[StoredItem], last: Cursor
+    ) -> list[Chunk]:
         """Encode a batch once, in chunks of at most ``offer_chunk_bytes`` (whole frames).
 
         Chunks keep every write within a connection's byte bound: a connection that
@@ -629,7 +631,7 @@ class Hub:
                 return []
             encoder, at = entry
             frames = [b"" if item.cursor <= at else encoder.frame(feed, item) for item in items]
-            channel.encoders[fmt.name] = (encoder, max(at, items[-1].cursor))
+            channel.encoders[fmt.name] = (encoder, max(at, last))
         limit = self.offer_chunk_bytes
         chunks: list[Chunk] = []
         start = size = 0
@@ -639,8 +641,8 @@ class Hub:
                 start, size = index, 0
             size += len(frame)
         chunks.append(
-            Chunk(items[start:], frames[start:], fmt.ends)
+            Chunk(items[start:], frames[start:], fmt.ends, last)
             if start
-            else Chunk(items, frames, fmt.ends)
+            else Chunk(items, frames, fmt.ends, last)
         )
         return chunks

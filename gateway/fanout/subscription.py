@@ -37,14 +37,16 @@ class Chunk:
         items: Sequence[StoredItem],
         frames: Sequence[bytes],
         ends: Callable[[StoredItem], bool] | None = None,
+        last: Cursor | None = None,
     ) -> None:
+        """``last``: ``items[-1].cursor``, if the caller has built it already."""
         self.items = items
         self.frames = frames
         #: Every frame of the chunk as one write.
         self.data = frames[0] if len(frames) == 1 else b"".join(frames)
         self.epoch = items[0].epoch
         self.first = items[0].offset
-        self.last = items[-1].cursor
+        self.last = items[-1].cursor if last is None else last
         #: Index of the first item that ends the stream (the format's ``ends``), if any.
         self.end = end_index(items, ends)
 
@@ -154,7 +156,9 @@ class Subscription:
         outbox = self.outbox
         if outbox is None or not outbox.try_write(data):
             return False
-        self.position = items[stop - 1].cursor
+        # The chunk's own last cursor when the whole chunk went: one Cursor per chunk,
+        # not one per subscriber (building one costs ~0.5 us).
+        self.position = chunk.last if stop == n else items[stop - 1].cursor
         if end is not None and start <= end < stop:
             self.state = SubState.ENDED
             self._signal()

@@ -17,8 +17,8 @@ from gateway.wire.teamitem import epoch_restarted_item, team_item
 
 
 def _team_sse_frame(feed: FeedKey, item: StoredItem) -> bytes:
-    cursor = item.cursor
-    return sse.message(team_item(cursor, item.data), cursor.encode())
+    epoch, offset = item.epoch, item.offset
+    return sse.message(team_item(epoch, offset, item.data), b"%d:%d" % (epoch, offset))
 
 
 def _team_sse_restart(feed: FeedKey, cursor: Cursor) -> bytes:
@@ -26,8 +26,9 @@ def _team_sse_restart(feed: FeedKey, cursor: Cursor) -> bytes:
 
 
 def _team_ws_frame(feed: FeedKey, item: StoredItem) -> bytes:
-    cursor = item.cursor
-    return ws.frame(ws.event_payload(feed.public_name, cursor, team_item(cursor, item.data)))
+    epoch, offset = item.epoch, item.offset
+    data = team_item(epoch, offset, item.data)
+    return ws.frame(ws.event_payload(feed.public_name, epoch, offset, data))
 
 
 def _ws_restart(feed: FeedKey, cursor: Cursor) -> bytes:
@@ -60,7 +61,7 @@ def run_restart_event(cursor: Cursor) -> bytes:
 
 
 def _run_ws_frame(feed: FeedKey, item: StoredItem) -> bytes:
-    return ws.frame(ws.event_payload(feed.public_name, item.cursor, item.data))
+    return ws.frame(ws.event_payload(feed.public_name, item.epoch, item.offset, item.data))
 
 
 def is_terminal(item: StoredItem) -> bool:
@@ -91,7 +92,8 @@ def _run_sse_prelude(feed: FeedKey, joined: Cursor, events: Sequence[bytes]) -> 
 def _run_ws_prelude(feed: FeedKey, joined: Cursor, events: Sequence[bytes]) -> bytes:
     # Each prelude frame carries the cursor the client joined at, not a new position.
     name = feed.public_name
-    return b"".join(ws.frame(ws.event_payload(name, joined, event)) for event in events)
+    epoch, offset = joined
+    return b"".join(ws.frame(ws.event_payload(name, epoch, offset, event)) for event in events)
 
 
 #: A run feed as AG-UI SSE: ``id: E:O`` and ``data: <event JSON>``; the stream ends after
@@ -158,9 +160,9 @@ def _run_a2ui_ws_frame(feed: FeedKey, item: StoredItem) -> bytes:
         return b""
     if not isinstance(event, dict):
         return b""
-    name, cursor = feed.public_name, item.cursor
+    name, epoch, offset = feed.public_name, item.epoch, item.offset
     return b"".join(
-        ws.frame(ws.event_payload(name, cursor, _message_encoder.encode(message)))
+        ws.frame(ws.event_payload(name, epoch, offset, _message_encoder.encode(message)))
         for message in a2ui.messages_of(event)
     )
 

@@ -18,9 +18,12 @@ def team_payload(source: Any, event: Any) -> bytes:
     return b'"event":' + canonical(event) + b',"kind":"event","source":' + canonical(source)
 
 
-def team_item(cursor: Cursor, payload: bytes) -> bytes:
-    """The RFC 8785 JSON of ``{"kind": "event", "cursor": ..., "source": ..., "event": ...}``."""
-    return b'{"cursor":{"epoch":%d,"offset":%d},%s}' % (cursor.epoch, cursor.offset, payload)
+def team_item(epoch: int, offset: int, payload: bytes) -> bytes:
+    """The RFC 8785 JSON of ``{"kind": "event", "cursor": ..., "source": ..., "event": ...}``
+    for the item at ``epoch:offset``.  (The cursor's two parts, not a
+    :class:`~gateway.cursor.Cursor`: every delivered item is framed here, and building a
+    ``Cursor`` costs more than the formatting.)"""
+    return b'{"cursor":{"epoch":%d,"offset":%d},%s}' % (epoch, offset, payload)
 
 
 def epoch_restarted_item(cursor: Cursor) -> bytes:

@@ -107,12 +107,14 @@ def frame(payload: bytes) -> bytes:
     return b"\x81\x7f" + size.to_bytes(8, "big") + payload
 
 
-def event_payload(feed: str, cursor: Cursor, data: bytes) -> bytes:
-    """``{"type":"event","feed":...,"cursor":"E:O","data":<data>}`` with ``data`` as is."""
+def event_payload(feed: str, epoch: int, offset: int, data: bytes) -> bytes:
+    """``{"type":"event","feed":...,"cursor":"E:O","data":<data>}`` with ``data`` as is.
+
+    The cursor as its two parts: see :func:`gateway.wire.teamitem.team_item`."""
     return b'{"type":"event","feed":%s,"cursor":"%d:%d","data":%s}' % (
         _encoder.encode(feed),
-        cursor.epoch,
-        cursor.offset,
+        epoch,
+        offset,
         data,
     )
 

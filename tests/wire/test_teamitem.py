@@ -36,7 +36,7 @@ def test_concatenation_equals_canonicalising_the_whole_item(
         "source": source,
         "event": event,
     }
-    assert team_item(Cursor(epoch, offset), team_payload(source, event)) == canonical(whole)
+    assert team_item(epoch, offset, team_payload(source, event)) == canonical(whole)
 
 
 def test_epoch_restarted_item() -> None:
@@ -54,6 +54,4 @@ def test_sse_message_framing() -> None:
     assert b"\r" not in framed
     assert sse.comment(b"x\ny") == b": x y\n\n"
     assert sse.KEEPALIVE == b": keepalive\n"
-    assert json.loads(team_item(Cursor(1, 1), team_payload({}, {"t": "a\nb"})))["event"] == {
-        "t": "a\nb"
-    }
+    assert json.loads(team_item(1, 1, team_payload({}, {"t": "a\nb"})))["event"] == {"t": "a\nb"}
