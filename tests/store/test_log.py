@@ -333,6 +333,12 @@ def test_announcements_are_read_with_or_without_an_append_time() -> None:
         assert again == items
         assert when == (1.5 if b"1.5" in head else 0.0)
         assert unknown is None
+    # A header alone announces nothing (and is not an error).
+    assert _announced(b"17 4 1.5 c3") == ([], 1.5, "c3")
+    # Item data is bytes as stored, whatever it holds; only the header lines are text.
+    data = "é\n".encode()
+    odd = _announced(b"17 4 1.5 c3\nc4 %d\n" % len(data) + data)[0]
+    assert [(i.offset, i.data, i.chain) for i in odd] == [(4, data, "c4")]
 
 
 def test_the_items_after_a_position_name_the_chain_before_the_first_of_them() -> None:

@@ -584,24 +584,28 @@ def _announced(payload: bytes) -> tuple[list[StoredItem], float, str | None]:
     their append time (0.0 if the header has none: an older append step's message),
     and the chain value before the first item (None from an append step older still).
     """
-    head, _, rest = payload.partition(b"\n")
-    fields = head.split(b" ")
+    # Lines are decoded to str before they are split and their numbers read: the str
+    # operations are the cheaper ones (this runs for every message a node receives).
+    newline = payload.find(b"\n")
+    if newline < 0:
+        newline = len(payload)  # a header alone: no items
+    fields = payload[:newline].decode("ascii").split(" ")
     epoch, offset = int(fields[0]), int(fields[1])
     appended = _seconds(fields[2]) if len(fields) > 2 else 0.0
-    before = fields[3].decode("ascii") if len(fields) > 3 else None
+    before = fields[3] if len(fields) > 3 else None
     items: list[StoredItem] = []
-    at, end = 0, len(rest)
+    at, end = newline + 1, len(payload)
     while at < end:
-        newline = rest.index(b"\n", at)
-        chain, _, size = rest[at:newline].partition(b" ")
+        newline = payload.index(b"\n", at)
+        chain, _, size = payload[at:newline].decode("ascii").partition(" ")
         start = newline + 1
         at = start + int(size)
-        items.append(StoredItem(epoch, offset, rest[start:at], chain.decode("ascii")))
+        items.append(StoredItem(epoch, offset, payload[start:at], chain))
         offset += 1
     return items, appended, before
 
 
-def _seconds(text: bytes | None) -> float:
+def _seconds(text: bytes | str | None) -> float:
     """An append time as the append step writes it ("<s>.<us>"); 0.0 if absent or odd."""
     if not text:
         return 0.0
