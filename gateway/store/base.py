@@ -35,7 +35,6 @@ from gateway.cursor import Cursor
 from gateway.errors import IdempotencyKeyReused, Unavailable
 from gateway.feed import AppendResult, FeedKey, FeedKind, FeedState, NewItem, StoredItem
 from gateway.store.known import KnownPositions
-from gateway.store.known import chain_next as chain_next
 
 
 def epoch_floor(now_ms: int, previous: int) -> int:

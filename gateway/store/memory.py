@@ -29,9 +29,9 @@ from gateway.store.base import (
     LatestRun,
     LiveFeed,
     RunIndex,
-    chain_next,
     epoch_floor,
 )
+from gateway.store.known import chain_next
 
 
 class _Feed:

@@ -22,7 +22,8 @@ from httpx_sse import aconnect_sse
 from gateway.cursor import Cursor
 from gateway.errors import Unavailable
 from gateway.feed import FeedKey, NewItem, team_feed
-from gateway.store.base import Backend, Batch, chain_next
+from gateway.store.base import Backend, Batch
+from gateway.store.known import chain_next
 from gateway.store.redis.connection import ListenerAddress
 from gateway.store.redis.listener import Waker, connect
 from gateway.store.redis.live import RedisLive
