@@ -619,7 +619,8 @@ class Hub:
         takes everything at once gets the chunks back to back.  A stateful format is
         framed by the channel's encoder (items at or before its position get no frames:
         every live subscriber of it is past them); without one (or with one of another
-        epoch) there is nothing to offer: ``[]``.
+        epoch) there is nothing to offer: ``[]``.  ``last`` is ``items[-1].cursor``,
+        built once by the caller and shared by the last chunk.
         """
         feed = channel.feed
         if fmt.encoder is None:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import msgspec
 
 from gateway.agui.events import TERMINAL
-from gateway.cursor import Cursor
+from gateway.cursor import Cursor, encode_cursor
 from gateway.dialects import a2ui
 from gateway.feed import FeedKey, StoredItem
 from gateway.runstream import stored_kind, stored_seq
@@ -18,7 +18,7 @@ from gateway.wire.teamitem import epoch_restarted_item, team_item
 
 def _team_sse_frame(feed: FeedKey, item: StoredItem) -> bytes:
     epoch, offset = item.epoch, item.offset
-    return sse.message(team_item(epoch, offset, item.data), b"%d:%d" % (epoch, offset))
+    return sse.message(team_item(epoch, offset, item.data), encode_cursor(epoch, offset))
 
 
 def _team_sse_restart(feed: FeedKey, cursor: Cursor) -> bytes:
@@ -43,7 +43,7 @@ TEAM_WS = Format("team-ws", _team_ws_frame, _ws_restart, transport="ws")
 
 def _run_sse_frame(feed: FeedKey, item: StoredItem) -> bytes:
     # A run item's payload is the AG-UI event as compact one-line JSON.
-    return sse.message(item.data, item.cursor.encode())
+    return sse.message(item.data, encode_cursor(item.epoch, item.offset))
 
 
 def _run_sse_restart(feed: FeedKey, cursor: Cursor) -> bytes:
