@@ -67,9 +67,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     max_node_buffer_bytes: int = 268_435_456
     #: Max items the node reads from Redis per feed per read.
     read_batch: int = 1_000
-    #: Milliseconds the reader lingers after a read that fanned out to few subscribers
-    #: per item (many small feeds), so that one read takes several items.
-    fanout_linger_ms: float = 2.0
+    #: The longest the reader lingers, in milliseconds, after a read that fanned out to
+    #: few subscribers per item (many small feeds), so that one read takes several
+    #: items (on Redis: shorter while messages come fast, none while they are sparse).
+    fanout_linger_ms: float = 5.0
     #: How long a blocking Redis read waits before it reports progress anyway.
     read_block_ms: int = 1_000
     #: /readyz fails when a read loop has not completed a read for this long (beyond
@@ -163,9 +164,10 @@ SETTINGS_HELP: dict[str, str] = {
     "max_node_buffer_bytes": "Outbound bytes the whole node may buffer for clients that are "
     "behind; past it, connections with buffered bytes are treated as slow.",
     "read_batch": "Most items read from Redis per feed per read.",
-    "fanout_linger_ms": "Milliseconds the reader waits after a read whose items went to "
-    "few subscribers each (many small feeds), to take more items per read (on Redis the "
-    "listeners stop reading meanwhile, so a lone event waits at most this long); 0 "
+    "fanout_linger_ms": "Longest the reader waits, in milliseconds, after a read whose "
+    "items went to few subscribers each (many small feeds), to take more items per read "
+    "(on Redis the listeners stop reading meanwhile, for less while messages come fast "
+    "and not at all while they are sparse, so a lone event waits at most this long); 0 "
     "disables.",
     "read_block_ms": "Longest a blocking Redis read waits before it returns empty.",
     "ready_stall_seconds": "/readyz answers 503 when the node's feed or inbox reader has "

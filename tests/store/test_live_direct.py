@@ -334,7 +334,7 @@ async def test_a_hold_is_taken_only_when_messages_come_often_enough(
 
     def worth(received: int, now: float) -> bool:
         live._arrived(received, now)
-        return live._worth_holding(hold)
+        return live._hold_length(hold) > 0
 
     # Sparse: one message every 20 ms; a 2 ms hold would gather nothing.
     assert not any(worth(1, 100 + 0.020 * k) for k in range(20))
@@ -346,6 +346,32 @@ async def test_a_hold_is_taken_only_when_messages_come_often_enough(
     # The rate falls to one every 10 ms: holding stops within a few.
     falling = [worth(1, 201 + 0.010 * k) for k in range(20)]
     assert not any(falling[3:])
+
+
+async def test_a_hold_lasts_as_long_as_its_target_takes_to_come_at_most_the_linger(
+    backend: Backend,
+) -> None:
+    live = live_of(backend)
+    linger = 0.005
+    clock = [300.0]
+
+    def length(per_second: float) -> float:
+        # A steady rate: every hand-over brings one message, 1/per_second after the last.
+        for _ in range(40):
+            clock[0] += 1 / per_second
+            live._arrived(1, clock[0])
+        assert live._rate == pytest.approx(per_second)
+        return live._hold_length(linger)
+
+    # 1,000 a second: the whole linger gathers 5 (under the target of 10): all of it.
+    assert length(1_000) == pytest.approx(linger)
+    # 2,000 a second: the linger gathers exactly the target.
+    assert length(2_000) == pytest.approx(linger)
+    # 4,000 and 50,000 a second: held only while the target comes (2.5 ms, 0.2 ms).
+    assert length(4_000) == pytest.approx(0.0025)
+    assert length(50_000) == pytest.approx(0.0002)
+    # 200 a second: the linger would gather one, under HOLD_GATHERS: no hold.
+    assert length(200) == 0.0
 
 
 async def test_a_hand_over_that_fails_leaves_the_messages_to_the_reader(

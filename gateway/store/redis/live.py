@@ -78,7 +78,7 @@ class RedisLive(LiveFeed):
         #: Batches handed over to a reader's ``direct`` (counted for tests).
         self.handed_over = 0
         #: When messages were last handed over, and the recent rate of messages per
-        #: second, smoothed (see _worth_holding).
+        #: second, smoothed (see _hold_length).
         self._last_hand_over = 0.0
         self._rate = 0.0
 
@@ -97,7 +97,7 @@ class RedisLive(LiveFeed):
 
     async def linger(self, seconds: float) -> None:
         # The hub asks after a read that returned items (the rarer path: most items
-        # are handed over, where the rate decides, see _worth_holding).  Returns at
+        # are handed over, where the rate decides, see _hold_length).  Returns at
         # once: the next read_new waits, and the held messages reach it (or its
         # direct) when the hold ends.
         self._hold(seconds)
@@ -442,8 +442,8 @@ class RedisLive(LiveFeed):
         every message while a server change or a wake-up is pending.
 
         ``positions`` is the reader's live view: ``direct`` moves it on.  Then holds
-        the listeners for as long as ``direct`` asks, if the rate makes it pay
-        (:meth:`_worth_holding`) and this was not a large read (more is likely
+        the listeners, at most as long as ``direct`` asks and only if the rate makes it
+        pay (:meth:`_hold_length`), unless this was a large read (more is likely
         waiting: read on at once)."""
         conn = self.conn
         if conn.woken or conn.suspect:
@@ -485,14 +485,19 @@ class RedisLive(LiveFeed):
         if batches:
             self.handed_over += len(batches)
             hold = direct(batches)
-            if hold and size < self.LARGE_READ and self._worth_holding(hold):
-                self._hold(hold)
+            if hold and size < self.LARGE_READ:
+                self._hold(self._hold_length(hold))
         return left
 
     #: A hold pays when it gathers at least this many messages on average: its timer
     #: wake-up costs more than the wake-up a lone message brings (measured on a KVM
     #: guest: holding lost below ~500 messages a second to the node, won from ~1,000).
     HOLD_GATHERS = 1.5
+    #: A hold lasts about as long as this many messages take to come at the recent
+    #: rate (at most the linger): more per wake-up saved nothing measurable (at 4,000
+    #: messages a second over 1,000 feeds, holds of 2 and 5 ms cost the same per
+    #: event), and a shorter hold delays each message less.
+    HOLD_TARGET = 10.0
     #: Payload bytes handed over at once past which no hold is taken: a read this
     #: large suggests more is waiting in the socket (the transport reads at most
     #: 256 KiB at a time), and a hold would slow a backlog down to a read per hold.
@@ -505,11 +510,18 @@ class RedisLive(LiveFeed):
         self._last_hand_over = now
         self._rate = 0.5 * self._rate + 0.5 * min(received / elapsed, 1e6)
 
-    def _worth_holding(self, hold: float) -> bool:
-        """Whether a hold of ``hold`` seconds would gather :data:`HOLD_GATHERS`
-        messages or more at the recent rate: sparse traffic is not woken twice per
-        message."""
-        return self._rate * hold >= self.HOLD_GATHERS
+    def _hold_length(self, limit: float) -> float:
+        """Seconds to hold the listeners for, at most ``limit`` (the linger): none (0)
+        unless a hold of ``limit`` would gather :data:`HOLD_GATHERS` messages or more at
+        the recent rate (sparse traffic is not woken twice per message), else the time
+        :data:`HOLD_TARGET` messages take to come, so that denser traffic is held for
+        less."""
+        gathered = self._rate * limit
+        if gathered < self.HOLD_GATHERS:
+            return 0.0
+        if gathered <= self.HOLD_TARGET:
+            return limit
+        return self.HOLD_TARGET / self._rate
 
     def _take(
         self,
