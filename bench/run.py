@@ -116,6 +116,15 @@ SCENARIOS = [
         note="4 ev/s per feed: target <= 50 us/event, p99 <= 20 ms",
     ),
     Scenario(
+        "ws-1000x5-500eps",
+        "ws",
+        5000,
+        channels=1000,
+        rate=500,
+        duration=8,
+        note="0.5 ev/s per feed: below issue 17's range, where a hold starts to pay",
+    ),
+    Scenario(
         "ws-100x5-2000eps",
         "ws",
         500,

@@ -330,18 +330,18 @@ async def test_a_hold_is_taken_only_when_messages_come_often_enough(
     backend: Backend,
 ) -> None:
     live = live_of(backend)
-    hold = 0.002
+    hold = 0.005
 
     def worth(received: int, now: float) -> bool:
         live._arrived(received, now)
         return live._hold_length(hold) > 0
 
-    # Sparse: one message every 20 ms; a 2 ms hold would gather nothing.
+    # Sparse: one message every 20 ms; a 5 ms hold would gather nothing.
     assert not any(worth(1, 100 + 0.020 * k) for k in range(20))
-    # One every 0.4 ms: a hold gathers about five; held from the second on.
+    # One every 0.4 ms: a hold gathers about twelve; held from the second on.
     dense = [worth(1, 200 + 0.0004 * k) for k in range(20)]
     assert not dense[0] and all(dense[1:])
-    # Held steadily: each release takes the three that came during the 2 ms hold.
+    # Held steadily: each release takes the three that came during a 2 ms hold.
     assert all(worth(3, 200.01 + 0.0021 * k) for k in range(20))
     # The rate falls to one every 10 ms: holding stops within a few.
     falling = [worth(1, 201 + 0.010 * k) for k in range(20)]
@@ -370,7 +370,9 @@ async def test_a_hold_lasts_as_long_as_its_target_takes_to_come_at_most_the_ling
     # 4,000 and 50,000 a second: held only while the target comes (2.5 ms, 0.2 ms).
     assert length(4_000) == pytest.approx(0.0025)
     assert length(50_000) == pytest.approx(0.0002)
-    # 200 a second: the linger would gather one, under HOLD_GATHERS: no hold.
+    # 500 and 200 a second: the linger would gather 2.5 and 1, under HOLD_GATHERS
+    # (3): no hold.
+    assert length(500) == 0.0
     assert length(200) == 0.0
 
 

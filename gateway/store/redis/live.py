@@ -489,10 +489,12 @@ class RedisLive(LiveFeed):
                 self._hold(self._hold_length(hold))
         return left
 
-    #: A hold pays when it gathers at least this many messages on average: its timer
-    #: wake-up costs more than the wake-up a lone message brings (measured on a KVM
-    #: guest: holding lost below ~500 messages a second to the node, won from ~1,000).
-    HOLD_GATHERS = 1.5
+    #: A hold pays when it would gather at least this many messages on average: its
+    #: timer's wake-up and the delay cost more than the wake-ups of a few lone
+    #: messages (measured on KVM guests: 2 ms holds lost below ~500 messages a second
+    #: to the node and won from ~1,000; 5 ms holds cost as much as none or more at 500
+    #: a second, 2.5 each, and saved 15% at 1,000, 5 each).
+    HOLD_GATHERS = 3.0
     #: A hold lasts about as long as this many messages take to come at the recent
     #: rate (at most the linger): more per wake-up saved nothing measurable (at 4,000
     #: messages a second over 1,000 feeds, holds of 2 and 5 ms cost the same per
