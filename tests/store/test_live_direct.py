@@ -338,11 +338,14 @@ async def test_a_hold_is_taken_only_when_messages_come_often_enough(
 
     # Sparse: one message every 20 ms; a 5 ms hold would gather nothing.
     assert not any(worth(1, 100 + 0.020 * k) for k in range(20))
-    # One every 0.4 ms: a hold gathers about twelve; held from the second on.
-    dense = [worth(1, 200 + 0.0004 * k) for k in range(20)]
-    assert not dense[0] and all(dense[1:])
+    # One every 0.4 ms: a hold gathers about twelve; held once they have come for a
+    # few ms (the first few could be a pair that happened to come together).
+    dense = [worth(1, 200 + 0.0004 * k) for k in range(30)]
+    assert not any(dense[:5]) and all(dense[15:])
     # Held steadily: each release takes the three that came during a 2 ms hold.
-    assert all(worth(3, 200.01 + 0.0021 * k) for k in range(20))
+    assert all(worth(3, 200.02 + 0.0021 * k) for k in range(20))
+    # Pairs of messages 0.1 ms apart, a pair every 10 ms (200 a second): never held.
+    assert not any(worth(1, 300 + 0.010 * k + 0.0001 * j) for k in range(20) for j in (0, 1))
     # The rate falls to one every 10 ms: holding stops within a few.
     falling = [worth(1, 201 + 0.010 * k) for k in range(20)]
     assert not any(falling[3:])
@@ -356,20 +359,22 @@ async def test_a_hold_lasts_as_long_as_its_target_takes_to_come_at_most_the_ling
     clock = [300.0]
 
     def length(per_second: float) -> float:
-        # A steady rate: every hand-over brings one message, 1/per_second after the last.
-        for _ in range(40):
+        # A steady rate: every hand-over brings one message, 1/per_second after the
+        # last, long enough for the estimate to settle (ten windows).
+        clock[0] += 10.0  # the last rate is forgotten
+        for _ in range(int(10 * per_second * live.RATE_WINDOW) + 10):
             clock[0] += 1 / per_second
             live._arrived(1, clock[0])
-        assert live._rate == pytest.approx(per_second)
+        # Read just after a message, the estimate counts it whole: a little high
+        # when messages are few per window (226 for 200 a second).
+        assert live._rate == pytest.approx(per_second, rel=0.15)
         return live._hold_length(linger)
 
     # 1,000 a second: the whole linger gathers 5 (under the target of 10): all of it.
     assert length(1_000) == pytest.approx(linger)
-    # 2,000 a second: the linger gathers exactly the target.
-    assert length(2_000) == pytest.approx(linger)
     # 4,000 and 50,000 a second: held only while the target comes (2.5 ms, 0.2 ms).
-    assert length(4_000) == pytest.approx(0.0025)
-    assert length(50_000) == pytest.approx(0.0002)
+    assert length(4_000) == pytest.approx(0.0025, rel=0.06)
+    assert length(50_000) == pytest.approx(0.0002, rel=0.06)
     # 500 and 200 a second: the linger would gather 2.5 and 1, under HOLD_GATHERS
     # (3): no hold.
     assert length(500) == 0.0

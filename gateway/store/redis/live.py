@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import math
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -78,7 +79,7 @@ class RedisLive(LiveFeed):
         #: Batches handed over to a reader's ``direct`` (counted for tests).
         self.handed_over = 0
         #: When messages were last handed over, and the recent rate of messages per
-        #: second, smoothed (see _hold_length).
+        #: second (see _arrived).
         self._last_hand_over = 0.0
         self._rate = 0.0
 
@@ -505,12 +506,18 @@ class RedisLive(LiveFeed):
     #: 256 KiB at a time), and a hold would slow a backlog down to a read per hold.
     LARGE_READ = 64 * 1024
 
+    #: The time constant of the recent rate, in seconds: a few holds long, so that a
+    #: pair of messages that happen to come close together does not read as a fast
+    #: stream (each hand-over's own rate did: sparse traffic was held for nothing).
+    RATE_WINDOW = 0.02
+
     def _arrived(self, received: int, now: float) -> None:
         """``received`` messages arrived at ``now``: the recent rate of messages per
-        second, smoothed over a few hand-overs."""
-        elapsed = max(now - self._last_hand_over, 1e-6)
+        second, a count that decays with :data:`RATE_WINDOW` as its time constant."""
+        elapsed = max(now - self._last_hand_over, 0.0)
         self._last_hand_over = now
-        self._rate = 0.5 * self._rate + 0.5 * min(received / elapsed, 1e6)
+        window = self.RATE_WINDOW
+        self._rate = self._rate * math.exp(-elapsed / window) + received / window
 
     def _hold_length(self, limit: float) -> float:
         """Seconds to hold the listeners for, at most ``limit`` (the linger): none (0)
