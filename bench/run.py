@@ -122,7 +122,7 @@ SCENARIOS = [
         channels=1000,
         rate=500,
         duration=8,
-        note="0.5 ev/s per feed: below issue 17's range, where a hold starts to pay",
+        note="0.5 ev/s per feed: below issue 17's range; too sparse for a hold",
     ),
     Scenario(
         "ws-100x5-2000eps",

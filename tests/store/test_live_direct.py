@@ -11,6 +11,7 @@ real ``redis-server``, and once through a whole node.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import AsyncIterator
 
 import anyio
@@ -261,7 +262,9 @@ async def test_a_reset_pending_for_another_feed_does_not_stop_the_hand_over(
 async def test_a_hold_keeps_the_listeners_from_reading_until_it_ends(backend: Backend) -> None:
     f, positions, direct = await follow(backend, hold=0.3)
     live = live_of(backend)
-    live.HOLD_GATHERS = 0  # hold whatever the rate (the rate rule is tested below)
+    # Hold for the whole linger whatever the rate (the rate rule is tested below).
+    live.HOLD_RATE = 0
+    live.HOLD_TARGET = math.inf
     async with WaitingRead(backend, positions, direct).started():
         await backend.feeds.append(f, items(1), retention=100)
         await direct.until(f, 1)
@@ -283,7 +286,8 @@ async def test_a_hold_keeps_the_listeners_from_reading_until_it_ends(backend: Ba
 async def test_no_hold_after_a_large_read(backend: Backend) -> None:
     f, positions, direct = await follow(backend, hold=30)
     live = live_of(backend)
-    live.HOLD_GATHERS = 0
+    live.HOLD_RATE = 0
+    live.HOLD_TARGET = math.inf
     live.LARGE_READ = 1  # every read is large here: more is likely waiting
     async with WaitingRead(backend, positions, direct).started():
         await backend.feeds.append(f, items(1), retention=100)
@@ -299,7 +303,8 @@ async def test_a_listener_lost_during_a_hold_is_replaced_and_nothing_is_missed(
 ) -> None:
     f, positions, direct = await follow(backend, hold=0.2)
     live = live_of(backend)
-    live.HOLD_GATHERS = 0
+    live.HOLD_RATE = 0
+    live.HOLD_TARGET = math.inf
     admin = aioredis.Redis.from_url(redis_url)
     try:
         async with WaitingRead(backend, positions, direct).started() as read:
@@ -342,13 +347,13 @@ async def test_a_hold_is_taken_only_when_messages_come_often_enough(
     # few ms (the first few could be a pair that happened to come together).
     dense = [worth(1, 200 + 0.0004 * k) for k in range(30)]
     assert not any(dense[:5]) and all(dense[15:])
-    # Held steadily: each release takes the three that came during a 2 ms hold.
+    # Held steadily: three messages every 2.1 ms (about 1,400 a second).
     assert all(worth(3, 200.02 + 0.0021 * k) for k in range(20))
+    # Then the rate falls to one every 10 ms: holding stops within a few.
+    falling = [worth(1, 200.07 + 0.010 * k) for k in range(20)]
+    assert falling[0] and not any(falling[3:])
     # Pairs of messages 0.1 ms apart, a pair every 10 ms (200 a second): never held.
     assert not any(worth(1, 300 + 0.010 * k + 0.0001 * j) for k in range(20) for j in (0, 1))
-    # The rate falls to one every 10 ms: holding stops within a few.
-    falling = [worth(1, 201 + 0.010 * k) for k in range(20)]
-    assert not any(falling[3:])
 
 
 async def test_a_hold_lasts_as_long_as_its_target_takes_to_come_at_most_the_linger(
@@ -375,8 +380,7 @@ async def test_a_hold_lasts_as_long_as_its_target_takes_to_come_at_most_the_ling
     # 4,000 and 50,000 a second: held only while the target comes (2.5 ms, 0.2 ms).
     assert length(4_000) == pytest.approx(0.0025, rel=0.06)
     assert length(50_000) == pytest.approx(0.0002, rel=0.06)
-    # 500 and 200 a second: the linger would gather 2.5 and 1, under HOLD_GATHERS
-    # (3): no hold.
+    # 500 and 200 a second: under HOLD_RATE (600), no hold.
     assert length(500) == 0.0
     assert length(200) == 0.0
 

@@ -98,10 +98,10 @@ class RedisLive(LiveFeed):
 
     async def linger(self, seconds: float) -> None:
         # The hub asks after a read that returned items (the rarer path: most items
-        # are handed over, where the rate decides, see _hold_length).  Returns at
+        # are handed over, whose rate decides here too, see _hold_length).  Returns at
         # once: the next read_new waits, and the held messages reach it (or its
         # direct) when the hold ends.
-        self._hold(seconds)
+        self._hold(self._hold_length(seconds))
 
     @property
     def reading(self) -> bool:
@@ -490,12 +490,12 @@ class RedisLive(LiveFeed):
                 self._hold(self._hold_length(hold))
         return left
 
-    #: A hold pays when it would gather at least this many messages on average: its
-    #: timer's wake-up and the delay cost more than the wake-ups of a few lone
-    #: messages (measured on KVM guests: 2 ms holds lost below ~500 messages a second
-    #: to the node and won from ~1,000; 5 ms holds cost as much as none or more at 500
-    #: a second, 2.5 each, and saved 15% at 1,000, 5 each).
-    HOLD_GATHERS = 3.0
+    #: Messages a second to the node from which a hold pays: below it, the hold's
+    #: timer wake-up and the delay cost more than the wake-ups of a few lone messages
+    #: (measured on KVM guests: 2 ms holds lost below ~500 messages a second and won
+    #: from ~1,000; 5 ms holds cost as much as none or more at 500 a second and saved
+    #: 15% at 1,000).
+    HOLD_RATE = 600.0
     #: A hold lasts about as long as this many messages take to come at the recent
     #: rate (at most the linger): more per wake-up saved nothing measurable (at 4,000
     #: messages a second over 1,000 feeds, holds of 2 and 5 ms cost the same per
@@ -521,16 +521,15 @@ class RedisLive(LiveFeed):
 
     def _hold_length(self, limit: float) -> float:
         """Seconds to hold the listeners for, at most ``limit`` (the linger): none (0)
-        unless a hold of ``limit`` would gather :data:`HOLD_GATHERS` messages or more at
-        the recent rate (sparse traffic is not woken twice per message), else the time
-        :data:`HOLD_TARGET` messages take to come, so that denser traffic is held for
-        less."""
-        gathered = self._rate * limit
-        if gathered < self.HOLD_GATHERS:
+        while the recent rate is under :data:`HOLD_RATE` (sparse traffic is not woken
+        twice per message), else the time :data:`HOLD_TARGET` messages take to come at
+        that rate, so that denser traffic is held for less."""
+        rate = self._rate
+        if rate < self.HOLD_RATE or limit <= 0:
             return 0.0
-        if gathered <= self.HOLD_TARGET:
+        if rate * limit <= self.HOLD_TARGET:
             return limit
-        return self.HOLD_TARGET / self._rate
+        return self.HOLD_TARGET / rate
 
     def _take(
         self,
