@@ -101,18 +101,22 @@ class RedisLive(LiveFeed):
         # are handed over, whose rate decides here too, see _hold_length).  Returns at
         # once: the next read_new waits, and the held messages reach it (or its
         # direct) when the hold ends.
-        self._hold(self._hold_length(seconds))
+        self._hold(seconds)
 
     @property
     def reading(self) -> bool:
         """Whether every listener reads now (False while a hold lasts)."""
         return all(listener.reading for listener in self._listeners.values())
 
-    def _hold(self, seconds: float) -> None:
-        """Stop reading every listener for ``seconds`` (unless a hold already lasts):
+    def _hold(self, limit: float) -> None:
+        """Stop reading every listener for at most ``limit`` seconds, as long as the
+        recent rate makes it pay (:meth:`_hold_length`), unless a hold already lasts:
         what is published meanwhile waits in the kernel, and is then read at once, in
         one wake-up of the node instead of one each."""
-        if self._release is not None or seconds <= 0:
+        if self._release is not None:
+            return
+        seconds = self._hold_length(limit)
+        if seconds <= 0:
             return
         for listener in self._listeners.values():
             listener.hold()
@@ -487,7 +491,7 @@ class RedisLive(LiveFeed):
             self.handed_over += len(batches)
             hold = direct(batches)
             if hold and size < self.LARGE_READ:
-                self._hold(self._hold_length(hold))
+                self._hold(hold)
         return left
 
     #: Messages a second to the node from which a hold pays: below it, the hold's
