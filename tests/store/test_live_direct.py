@@ -298,6 +298,23 @@ async def test_no_hold_after_a_large_read(backend: Backend) -> None:
         await backend.live.wake()
 
 
+async def test_sparse_messages_are_not_held_after_a_hand_over_or_a_read(
+    backend: Backend,
+) -> None:
+    f, positions, direct = await follow(backend, hold=30)
+    live = live_of(backend)  # the default rule: two messages are far under HOLD_RATE
+    async with WaitingRead(backend, positions, direct).started():
+        await backend.feeds.append(f, items(1), retention=100)
+        await direct.until(f, 1)
+        assert live.reading  # the hand-over asked for 30 s; the rate says no
+        await backend.feeds.append(f, items(1), retention=100)
+        await direct.until(f, 2)
+        await backend.live.wake()
+    # The linger the hub asks after a read follows the same rule.
+    await live.linger(30)
+    assert live.reading
+
+
 async def test_a_listener_lost_during_a_hold_is_replaced_and_nothing_is_missed(
     backend: Backend, redis_url: str
 ) -> None:
