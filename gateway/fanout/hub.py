@@ -130,7 +130,7 @@ class Hub:
         history_page: int = 500,
         max_node_buffer_bytes: int = 256 * 1024 * 1024,
         max_queue_bytes: int = 1024 * 1024,
-        linger_ms: float = 5.0,
+        linger_ms: float = 2.0,
         hooks: Hooks | None = None,
     ) -> None:
         self.feeds = feeds
