@@ -18,6 +18,9 @@ figure can be read against it:
 - ``py`` and ``py-hold``: the same two in Python as the gateway runs it (uvloop, a
   hiredis reader in ``data_received``, ``transport.write`` per subscriber;
   ``pause_reading`` and a ``call_later`` for the hold).
+- ``py-lowat``: ``py-hold`` holding as the gateway's listener does on Linux: the
+  socket's ``SO_RCVLOWAT`` raised for the hold instead of the transport paused (libuv
+  leaves a paused socket in epoll until its first message wakes the loop).
 
 The reader runs on CPU 0; ``redis-server``, the sink (one uvloop process that accepts
 every subscriber connection and reads and discards, as fanbench's clients read their
@@ -37,6 +40,7 @@ import asyncio
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -50,7 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import run as gw
 
 HERE = Path(__file__).resolve().parent
-READERS = ("c", "c-hold", "py", "py-hold")
+READERS = ("c", "c-hold", "py", "py-hold", "py-lowat")
 SHAPES = ("1000x5@1000", "1000x5@4000", "100x5@2000", "1x1@50")
 
 
@@ -74,7 +78,9 @@ def sink_main(port: int) -> None:
     uvloop.run(serve())
 
 
-def py_reader_main(redis_port: int, sink_port: int, feeds: int, subs: int, hold_us: int) -> None:
+def py_reader_main(
+    redis_port: int, sink_port: int, feeds: int, subs: int, hold_us: int, lowat: int = 0
+) -> None:
     """``floor_reader.c`` in Python, as the gateway would write it (see the docstring)."""
     import hiredis
     import uvloop
@@ -96,6 +102,7 @@ def py_reader_main(redis_port: int, sink_port: int, feeds: int, subs: int, hold_
 
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             self.transport = transport  # type: ignore[assignment]
+            self.sock = transport.get_extra_info("socket")
 
         def data_received(self, data: bytes) -> None:
             self.reads += 1
@@ -115,8 +122,16 @@ def py_reader_main(redis_port: int, sink_port: int, feeds: int, subs: int, hold_
                         self.ready.set_result(None)
             self.messages += got
             if got and self.hold and self.transport is not None:
-                self.transport.pause_reading()
-                asyncio.get_running_loop().call_later(self.hold, self.transport.resume_reading)
+                if lowat:
+                    sock = self.sock
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, 1 << 20)
+                    asyncio.get_running_loop().call_later(self.hold, self.release, sock)
+                else:
+                    self.transport.pause_reading()
+                    asyncio.get_running_loop().call_later(self.hold, self.transport.resume_reading)
+
+        def release(self, sock: socket.socket) -> None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, 1)
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
@@ -221,8 +236,11 @@ def measure(
         )
         procs.append(sink)
         wait_ready(sink, "sink")
-        hold_us = int(args.hold_ms * 1000) if reader.endswith("-hold") else 0
+        hold_us = int(args.hold_ms * 1000) if reader.endswith(("-hold", "-lowat")) else 0
+        lowat = int(reader.endswith("-lowat"))
         common = [str(redis_port), str(sink_port), str(feeds), str(subs), str(hold_us)]
+        if not reader.startswith("c"):
+            common.append(str(lowat))
         command = (
             [str(binary), *common] if reader.startswith("c") else [*me, "--py-reader", *common]
         )
@@ -276,7 +294,7 @@ def main() -> int:
     parser.add_argument("--hold-ms", type=float, default=2.0)
     parser.add_argument("--payload", type=int, default=300, help="bytes per message")
     parser.add_argument("--sink", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--py-reader", nargs=5, type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--py-reader", nargs=6, type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.sink is not None:
         sink_main(args.sink)

@@ -16,6 +16,10 @@ Redis, so a lost connection may have lost messages).
 from __future__ import annotations
 
 import asyncio
+import platform
+import re
+import socket
+import sys
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -33,6 +37,11 @@ log = structlog.get_logger("gateway.store")
 #: owner re-reads the streams, which hold everything), so memory stays bounded.
 MAX_PENDING = 100_000
 
+
+#: While a hold lasts, the bytes that must wait in the socket before the kernel calls
+#: it readable (``SO_RCVLOWAT``): a backlog this large is read at once, as a read this
+#: large ends a hold (``RedisLive.LARGE_READ``).
+HOLD_LOWAT = 64 * 1024
 
 #: Messages (channel, payload) in the order they were received.
 Messages = list[tuple[bytes, bytes]]
@@ -118,11 +127,18 @@ class Listener(asyncio.Protocol):
         #: A hand-over failed here once (a bug, logged then): everything goes through
         #: the reader for the rest of this connection's life.
         self._hand_over_failed = False
+        #: The socket whose low-water mark holds it (see hold), or None where the
+        #: transport is paused instead.
+        self._lowat: socket.socket | None = None
+        #: Whether a hold lasts, and whether it raised the low-water mark.
+        self._held = False
+        self._held_by_lowat = False
 
     # -- asyncio.Protocol ------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)
+        self._lowat = lowat_socket(transport)
 
     def data_received(self, data: bytes) -> None:
         self._reader.feed(data)
@@ -275,23 +291,73 @@ class Listener(asyncio.Protocol):
     def reading(self) -> bool:
         """Whether the socket is read now (not during a :meth:`hold`)."""
         transport = self._transport
-        return transport is not None and transport.is_reading()
+        return transport is not None and transport.is_reading() and not self._held
 
     def hold(self) -> None:
-        """Stop reading the socket: messages wait in the kernel and wake nobody until
-        :meth:`release`."""
+        """Until :meth:`release`, messages wait in the kernel and wake nobody.
+
+        On Linux over TCP the socket's low-water mark rises to :data:`HOLD_LOWAT`, so
+        the kernel calls it readable only past that many bytes, or on its end or an
+        error.  Pausing the transport instead (elsewhere) leaves the socket in libuv's
+        epoll set until the first message wakes the loop, which only then drops it:
+        a wake-up per hold that the low-water mark saves."""
         transport = self._transport
-        if transport is not None and not transport.is_closing():
+        if self._held or transport is None or transport.is_closing():
+            return
+        self._held = True
+        self._held_by_lowat = self._set_lowat(HOLD_LOWAT)
+        if not self._held_by_lowat:
             transport.pause_reading()
 
     def release(self) -> None:
+        if not self._held:
+            return
+        self._held = False
         transport = self._transport
-        if transport is not None and not transport.is_closing():
+        if transport is None or transport.is_closing():
+            return
+        # Lowering the mark makes the kernel signal what waits already (Linux >= 4.20,
+        # see lowat_socket); a transport paused by the hold reads again.
+        if not self._held_by_lowat or not self._set_lowat(1):
             transport.resume_reading()
+
+    def _set_lowat(self, size: int) -> bool:
+        sock = self._lowat
+        if sock is None:
+            return False
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, size)
+        except OSError:
+            self._lowat = None  # the transport's pause from now on
+            return False
+        return True
 
     def close(self) -> None:
         if self._transport is not None:
             self._transport.close()
+
+
+def lowat_socket(transport: asyncio.BaseTransport) -> socket.socket | None:
+    """The transport's socket if its low-water mark can hold it: TCP on Linux 4.20 or
+    later, whose ``SO_RCVLOWAT`` both keeps epoll quiet below the mark and, lowered,
+    signals what already waits (earlier kernels do not; others may not)."""
+    if not LOWAT_HOLDS:
+        return None
+    sock = transport.get_extra_info("socket")
+    if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return None
+    return cast(socket.socket, sock)
+
+
+def _lowat_holds() -> bool:
+    if sys.platform != "linux":
+        return False
+    numbers = re.findall(r"\d+", platform.release())[:2]
+    return len(numbers) == 2 and (int(numbers[0]), int(numbers[1])) >= (4, 20)
+
+
+#: Whether this kernel's TCP low-water mark can hold a listener (see lowat_socket).
+LOWAT_HOLDS = _lowat_holds()
 
 
 async def connect(
