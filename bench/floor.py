@@ -124,7 +124,7 @@ def py_reader_main(
             if got and self.hold and self.transport is not None:
                 if lowat:
                     sock = self.sock
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, 1 << 20)
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, 64 * 1024)
                     asyncio.get_running_loop().call_later(self.hold, self.release, sock)
                 else:
                     self.transport.pause_reading()

@@ -39,8 +39,8 @@ MAX_PENDING = 100_000
 
 
 #: While a hold lasts, the bytes that must wait in the socket before the kernel calls
-#: it readable (``SO_RCVLOWAT``): a backlog this large is read at once, as a read this
-#: large ends a hold (``RedisLive.LARGE_READ``).
+#: it readable (``SO_RCVLOWAT``): a backlog this large is read at once (and a read this
+#: large takes no new hold, ``RedisLive.LARGE_READ``).
 HOLD_LOWAT = 64 * 1024
 
 #: Messages (channel, payload) in the order they were received.
@@ -313,12 +313,15 @@ class Listener(asyncio.Protocol):
         if not self._held:
             return
         self._held = False
-        transport = self._transport
-        if transport is None or transport.is_closing():
+        if self._held_by_lowat:
+            # Lowering the mark makes the kernel signal what waits already (Linux >=
+            # 4.20, see lowat_socket).  If it cannot be lowered, small messages would
+            # wait for more: the connection is given up (the owner re-reads).
+            if not self._set_lowat(1):
+                self._fail(ListenerLost("the listener's low-water mark could not be lowered"))
             return
-        # Lowering the mark makes the kernel signal what waits already (Linux >= 4.20,
-        # see lowat_socket); a transport paused by the hold reads again.
-        if not self._held_by_lowat or not self._set_lowat(1):
+        transport = self._transport
+        if transport is not None and not transport.is_closing():
             transport.resume_reading()
 
     def _set_lowat(self, size: int) -> bool:
