@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 
+import anyio
 import pytest
 import redis.asyncio as aioredis
 
@@ -50,10 +51,11 @@ async def subscribed(
     client = aioredis.Redis.from_url(redis_url)
     channel = f"{redis_prefix}:hold".encode()
     try:
-        listener.send("CLIENT", "ID")  # before SUBSCRIBE, which allows no other command
-        client_id = await listener._reply()
-        listener.subscribe([channel])
-        await listener.confirmed()
+        with anyio.fail_after(10):
+            listener.send("CLIENT", "ID")  # before SUBSCRIBE, which allows no other command
+            client_id = await listener._reply()
+            listener.subscribe([channel])
+            await listener.confirmed()
         yield listener, client, channel, client_id
     finally:
         listener.close()
