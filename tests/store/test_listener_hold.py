@@ -12,6 +12,8 @@ had it been watched: so "nothing arrived" is checked without waiting for time.
 from __future__ import annotations
 
 import contextlib
+import os
+import socket
 from collections.abc import AsyncIterator
 
 import anyio
@@ -121,6 +123,25 @@ async def test_a_connection_that_ends_during_a_hold_is_noticed_before_it_ends(
 ) -> None:
     async with subscribed(redis_url, redis_prefix, lowat=True) as (listener, client, _, client_id):
         assert listener._lowat is not None
+        fd = listener._lowat.fileno()
         listener.hold()
         assert await client.client_kill_filter(_type=None, _id=client_id) == 1
         await until(lambda: listener.failed is not None, 10, "the lost connection")
+        await until(lambda: listener._transport is None, 10, "the connection's end")
+        with pytest.raises(OSError):
+            os.fstat(fd)  # closed with the connection
+        # The hold's end comes later, when the descriptor's number may name another
+        # socket: the release must not touch it.
+        other = socket.socket()
+        duplicated = other.fileno() != fd  # else the number was taken again at once
+        try:
+            if duplicated:
+                os.dup2(other.fileno(), fd)
+            other.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, 4096)
+            listener.release()
+            assert other.getsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT) == 4096
+            assert not listener.reading
+        finally:
+            if duplicated:
+                os.close(fd)
+            other.close()

@@ -313,6 +313,11 @@ class Listener(asyncio.Protocol):
         if not self._held:
             return
         self._held = False
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            # The connection is going (its loss is reported as it goes): its socket's
+            # descriptor may be closed, or name another socket by now.
+            return
         if self._held_by_lowat:
             # Lowering the mark makes the kernel signal what waits already (Linux >=
             # 4.20, see lowat_socket).  If it cannot be lowered, small messages would
@@ -320,9 +325,7 @@ class Listener(asyncio.Protocol):
             if not self._set_lowat(1):
                 self._fail(ListenerLost("the listener's low-water mark could not be lowered"))
             return
-        transport = self._transport
-        if transport is not None and not transport.is_closing():
-            transport.resume_reading()
+        transport.resume_reading()
 
     def _set_lowat(self, size: int) -> bool:
         sock = self._lowat
