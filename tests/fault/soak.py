@@ -8,12 +8,15 @@ publishes all along; every ``--fault-every`` seconds it injects the next fault o
 :data:`FAULTS` in turn (a reconnect storm, a node killed with SIGKILL and restarted, a
 node drained with SIGTERM and restarted, Redis client connections killed, Redis hung
 with SIGSTOP for a few seconds, Redis restarted empty, twenty clients that stop
-reading for a while).  It samples every node's RSS on a period.  At the end it stops
-publishing, lets every follower catch up, runs the delivery checker and prints the
-lost / duplicated / reused / out-of-order / gap / phantom counts (all must be zero),
-how many items were announced lost with ``epoch_restarted`` (Redis restarted empty),
-the gateway logs that hold a traceback, and memory over time.  Exit status 0 when every
-count is zero and no gateway logged a traceback, 1 otherwise.
+reading for a while).  It samples every node's RSS on a period; node faults rotate
+over every node but the first, which lives the whole soak: its memory is the leak
+check.  At the end it stops publishing, lets every follower catch up, runs the
+delivery checker and prints the lost / duplicated / reused / out-of-order / gap /
+phantom counts (all must be zero), how many items were announced lost with
+``epoch_restarted`` (Redis restarted empty), the gateway logs that hold a traceback,
+memory over time and whether the long-lived node's RSS stayed flat
+(:func:`rss_verdict`).  Exit status 0 when every count is zero,
+no gateway logged a traceback and the RSS is flat; 1 otherwise.
 
 Bounded: ``--minutes`` (at most :data:`MAX_MINUTES`) plus the final catch-up
 (:data:`sizes.SETTLE`); everything it started is stopped on the way out.
@@ -45,6 +48,13 @@ RSS_PERIOD = 10.0
 SHORT_FAULT = 3.0
 #: How long the soak waits for nodes to come back after a fault.
 RECOVER = 60.0
+#: The RSS verdict: samples from the first this many seconds (at least) are warm-up
+#: (caches, pools and buffers filling), not growth.
+RSS_WARMUP = 120.0
+#: Flat: the median RSS of the last fifth of the measured samples is at most the first
+#: fifth's times this, plus :data:`RSS_SLACK` bytes.
+RSS_GROWTH = 1.05
+RSS_SLACK = 4 * 2**20
 
 Fault = Callable[["Soak"], Awaitable[None]]
 
@@ -59,9 +69,11 @@ class Soak:
         self.faults = 0
 
     def next_node(self) -> GatewayProcess:
-        """The node the next node fault hits (round robin)."""
+        """The node the next node fault hits: round robin over every node but the
+        first, which lives the whole soak (its memory is the leak check)."""
         self.faults += 1
-        return self.rig.nodes[self.faults % len(self.rig.nodes)]
+        others = self.rig.nodes[1:]
+        return others[self.faults % len(others)]
 
     def say(self, what: str) -> None:
         line = f"[{time.monotonic() - self.started:7.1f}s] {what}"
@@ -173,8 +185,44 @@ async def run(minutes: float, fault_every: float, log_dir: Path) -> int:
             print(report.message())
         crashes = tracebacks(log_dir)
         print(f"   tracebacks: {len(crashes)} {crashes}")
+        lived = soak.rig.nodes[0].name
+        flat, why = rss_verdict([(t, rss.get(lived)) for t, rss in soak.rss])
+        print(f"     RSS flat: {'yes' if flat else 'NO'} ({lived}, alive throughout: {why})")
         print(f"node logs: {log_dir}")
-        return 0 if report.clean and not crashes else 1
+        return 0 if report.clean and not crashes and flat else 1
+
+
+def _median(values: list[int]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return (
+        float(ordered[middle]) if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+    )
+
+
+def rss_verdict(samples: list[tuple[float, int | None]]) -> tuple[bool, str]:
+    """Whether one process's RSS stayed flat: ``samples`` are ``(seconds, bytes)``
+    (None: the process was not running).  Past the warm-up (:data:`RSS_WARMUP`, or the
+    first third of the run if longer), the median of the last fifth of the samples
+    must be at most :data:`RSS_GROWTH` times the first fifth's plus :data:`RSS_SLACK`.
+    Not flat either when the process was down at any sample or too few samples were
+    taken to judge (fewer than ten past the warm-up)."""
+    if any(rss is None for _, rss in samples):
+        return False, "the process was not running at every sample"
+    if not samples:
+        return False, "no samples"
+    warmup = max(RSS_WARMUP, samples[-1][0] / 3)
+    measured = [rss for t, rss in samples if t >= warmup and rss is not None]
+    if len(measured) < 10:
+        return False, f"{len(measured)} samples past the {warmup:.0f} s warm-up: too few"
+    fifth = len(measured) // 5
+    first, second = _median(measured[:fifth]), _median(measured[-fifth:])
+    flat = second <= first * RSS_GROWTH + RSS_SLACK
+    mib = 2**20
+    return flat, (
+        f"median {first / mib:.1f} MiB then {second / mib:.1f} MiB over "
+        f"{len(measured)} samples after {warmup:.0f} s"
+    )
 
 
 def print_summary(soak: Soak, *, report_text: str, counts: dict[str, int]) -> None:
