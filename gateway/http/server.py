@@ -216,6 +216,12 @@ class Stream:
     def closed(self) -> bool:
         return self._conn.transport is None or self._conn.transport.is_closing()
 
+    @property
+    def server_stopping(self) -> bool:
+        """The server is closing every connection (:meth:`HttpServer.aclose`): a stream
+        lost now was ended by the server, not left by its client."""
+        return self._conn.server.stopping
+
 
 class Responder:
     """How a handler answers: once with :meth:`send`, or with :meth:`stream`."""
@@ -629,6 +635,8 @@ class HttpServer:
         self._server: asyncio.base_events.Server | None = None
         #: The connections' tasks running now (see :meth:`spawn`).
         self._handlers = OwnedTasks()
+        #: Set by :meth:`aclose`: the connections it closes are the server's ends.
+        self.stopping = False
 
     def spawn(self, fn: RequestTask, request: Request) -> None:
         """Run a connection's task (its requests' handlers, :meth:`HttpConnection._serve`).
@@ -643,6 +651,7 @@ class HttpServer:
     async def aclose(self, within: float = 5.0) -> None:
         """Stop listening, close every connection, and end every handler task still
         running (cancelled; waited for at most ``within`` seconds)."""
+        self.stopping = True
         self.stop_listening()
         self.close_all()
         self._handlers.cancel()
