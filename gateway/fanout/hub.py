@@ -549,7 +549,8 @@ class Hub:
             frame = encoded.get(sub.fmt.name)
             if frame is None:
                 frame = encoded[sub.fmt.name] = transient(channel.feed, data)
-            sub.outbox.try_write(frame)
+            if frame:  # a message with nothing to say in this format writes nothing
+                sub.outbox.try_write(frame)
 
     def _restart_all(self, channel: Channel, epoch: int | None, cursor: Cursor) -> None:
         """End every live subscription of an epoch older than ``epoch`` (None: all)."""

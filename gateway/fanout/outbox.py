@@ -82,7 +82,8 @@ class Outbox:
         A connection holding nothing takes any write (the kernel took everything so
         far: it keeps up); writes are at most a quarter of the bound (the hub chunks
         them), so a connection never holds more than ``max_bytes`` plus one item
-        larger than that.
+        larger than that.  ``data`` is never empty: callers hold back what encodes to
+        nothing (the framing would drop it, but here it would count as a write).
         """
         transport = self._transport
         buffered = transport.get_write_buffer_size()

@@ -28,7 +28,12 @@ def end_index(items: Sequence[StoredItem], ends: Callable[[StoredItem], bool] | 
 
 
 class Chunk:
-    """Consecutive items of one feed encoded in one format, shared by every subscriber."""
+    """Consecutive items of one feed encoded in one format, shared by every subscriber.
+
+    A frame, and so :attr:`data`, may be empty: an item with nothing to say in the format
+    (an AI SDK stream has no chunk for AG-UI's ``REASONING_START``).  Such bytes are
+    never written (:meth:`Subscription.offer`).
+    """
 
     __slots__ = ("data", "end", "epoch", "first", "frames", "items", "last")
 
@@ -123,14 +128,17 @@ class Subscription:
         Returns False, writing nothing, when the outbox refuses; the caller must then
         take the subscription off the live path (:meth:`overflow`).  A chunk holding an
         item that ends the stream (``Chunk.end``) is written up to that item, and the
-        subscription is then ``ENDED``.
+        subscription is then ``ENDED``.  Items that encode to nothing in this format
+        move the position on and write nothing: no empty write reaches the outbox.
         """
         pos = self.position
         if chunk.end is None and chunk.epoch == pos.epoch and chunk.first == pos.offset + 1:
             # The common case: exactly the next items, the shared bytes as they are.
-            outbox = self.outbox
-            if outbox is None or not outbox.try_write(chunk.data):
-                return False
+            data = chunk.data
+            if data:
+                outbox = self.outbox
+                if outbox is None or not outbox.try_write(data):
+                    return False
             self.position = chunk.last
             return True
         return self._offer_part(chunk)
@@ -153,9 +161,10 @@ class Subscription:
         end = chunk.end
         stop = end + 1 if end is not None and end >= start else n
         data = chunk.data if start == 0 and stop == n else b"".join(chunk.frames[start:stop])
-        outbox = self.outbox
-        if outbox is None or not outbox.try_write(data):
-            return False
+        if data:
+            outbox = self.outbox
+            if outbox is None or not outbox.try_write(data):
+                return False
         # The chunk's own last cursor when the whole chunk went: one Cursor per chunk,
         # not one per subscriber (building one costs ~0.5 us).
         self.position = chunk.last if stop == n else items[stop - 1].cursor

@@ -104,18 +104,25 @@ def body_writer(transport: asyncio.Transport, chunked: bool) -> Callable[[bytes]
     """A write to ``transport`` in the body's framing (HTTP/1.1 chunks or raw bytes).
 
     The one place chunks are framed: streams and the fan-out's outboxes both use it.
+    Writing nothing writes nothing, in either framing: a chunk of size zero is the end of
+    a chunked body (RFC 9112 7.1), so the framer never makes one, and a body ends only
+    by :meth:`Stream.end`, which writes that last chunk itself.  (A raw write of nothing
+    is nothing already: asyncio's and uvloop's transports drop it.)  The check is one
+    per write, and a write carries a whole batch of frames.
     """
     if not chunked:
         return transport.write
 
     def write_chunk(data: bytes) -> None:
-        transport.writelines(_chunk(data))
+        if data:
+            transport.writelines(_chunk(data))
 
     return write_chunk
 
 
 def _chunk(data: bytes) -> tuple[bytes, bytes, bytes]:
-    """``data`` as one HTTP/1.1 chunk (not empty: an empty chunk ends the body)."""
+    """``data`` as one HTTP/1.1 chunk.  Only for ``data`` that is not empty: an empty
+    chunk is the body's end (see :func:`body_writer`)."""
     return b"%x\r\n" % len(data), data, b"\r\n"
 
 
@@ -137,7 +144,8 @@ class Stream:
         return head
 
     async def write(self, data: bytes) -> None:
-        """Write and wait until the transport accepts more (flow control)."""
+        """Write and wait until the transport accepts more (flow control); nothing to
+        write returns at once."""
         if not data:
             return
         self.write_nowait(data)
@@ -154,7 +162,8 @@ class Stream:
 
     def write_nowait(self, data: bytes, lead: bytes = b"") -> None:
         """Write ``data`` in the body's framing, after ``lead`` (bytes outside it: a
-        response head, a frame already framed), in one write."""
+        response head, a frame already framed), in one write.  Empty ``data`` writes
+        only ``lead``: it never ends the body (that is :meth:`end`'s)."""
         transport = self._conn.transport
         if transport is None or transport.is_closing():
             raise anyio.BrokenResourceError
@@ -168,7 +177,8 @@ class Stream:
             transport.write(lead + data)
 
     def raw_writer(self) -> Callable[[bytes], None]:
-        """The unchecked write of this body's framing, for the fan-out's hot path."""
+        """The unchecked write of this body's framing, for the fan-out's hot path (no
+        check that the connection is open; an empty write still writes nothing)."""
         transport = self._conn.transport
         if transport is None:
             raise anyio.BrokenResourceError
@@ -191,6 +201,8 @@ class Stream:
             transport.abort()
 
     def end(self) -> None:
+        """End the body (a chunked one with its last, empty chunk) and close: the only
+        way a stream's body ends."""
         conn = self._conn
         if conn.transport is not None and not conn.transport.is_closing():
             head, self._head = self._head, b""
@@ -203,6 +215,12 @@ class Stream:
     @property
     def closed(self) -> bool:
         return self._conn.transport is None or self._conn.transport.is_closing()
+
+    @property
+    def server_stopping(self) -> bool:
+        """The server is closing every connection (:meth:`HttpServer.aclose`): a stream
+        lost now was ended by the server, not left by its client."""
+        return self._conn.server.stopping
 
 
 class Responder:
@@ -617,6 +635,8 @@ class HttpServer:
         self._server: asyncio.base_events.Server | None = None
         #: The connections' tasks running now (see :meth:`spawn`).
         self._handlers = OwnedTasks()
+        #: Set by :meth:`aclose`: the connections it closes are the server's ends.
+        self.stopping = False
 
     def spawn(self, fn: RequestTask, request: Request) -> None:
         """Run a connection's task (its requests' handlers, :meth:`HttpConnection._serve`).
@@ -631,6 +651,7 @@ class HttpServer:
     async def aclose(self, within: float = 5.0) -> None:
         """Stop listening, close every connection, and end every handler task still
         running (cancelled; waited for at most ``within`` seconds)."""
+        self.stopping = True
         self.stop_listening()
         self.close_all()
         self._handlers.cancel()

@@ -127,10 +127,15 @@ async def _stream(
             if reason is EndReason.ERROR and driver.error is not None and sub.fmt.error:
                 # In band, once the stream has started (seed rule 8); never waits: a
                 # connection that cannot take it at once just ends.
-                outbox.try_write(sub.fmt.error(sub.feed, driver.error))
+                frame = sub.fmt.error(sub.feed, driver.error)
+                if frame:
+                    outbox.try_write(frame)
         except anyio.get_cancelled_exc_class():
-            # The client went away (its connection was lost), or the node is stopping.
-            reason = EndReason.SHUTDOWN if services.hub.draining else EndReason.CLIENT
+            # The client went away (its connection was lost), or the node is draining or
+            # stopping (it closed the connection itself).  Nothing else ends the body
+            # early: no write can (server.body_writer), only stream.end() below.
+            stopping = services.hub.draining or stream.server_stopping
+            reason = EndReason.SHUTDOWN if stopping else EndReason.CLIENT
             raise
         finally:
             services.connections.discard(registered)

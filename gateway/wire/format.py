@@ -39,9 +39,9 @@ class Encoder(Protocol):
         ...
 
     def frame(self, feed: FeedKey, item: StoredItem, after: int | None = None) -> bytes:
-        """The item's frames (advancing the encoder); with ``after`` only those after
-        the item's ``after``-th piece (a client resuming mid-item).  Raises
-        InvalidCursor when the item has no piece ``after``."""
+        """The item's frames (advancing the encoder), ``b""`` when it has none; with
+        ``after`` only those after the item's ``after``-th piece (a client resuming
+        mid-item).  Raises InvalidCursor when the item has no piece ``after``."""
         ...
 
     def prelude(self, joined: Cursor) -> bytes:
@@ -75,6 +75,15 @@ class Format:
     SSE headers unless given).  ``error``, if given, encodes the in-band frame that ends
     a stream the store failed after it started (the AI SDK ``error`` chunk); formats
     without it just end.
+
+    Every encoding returns whole frames, and ``b""`` for what has nothing to say in the
+    format (an AG-UI ``REASONING_START`` in the AI SDK formats, an item without A2UI in
+    ``a2ui``, a prelude of a run with nothing to replay).  Nothing empty is ever
+    written: the fan-out moves past such items without a write
+    (:meth:`~gateway.fanout.subscription.Subscription.offer`), the driver writes no
+    empty page or prelude, and the chunked framing drops an empty write
+    (:func:`~gateway.http.server.body_writer`), since an empty HTTP/1.1 chunk would end
+    the response.
     """
 
     __slots__ = (
