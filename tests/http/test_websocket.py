@@ -32,7 +32,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.protocol import State
 
 from gateway.app import Gateway, build_backend
-from gateway.auth import mint
+from gateway.auth import TWO_TOKENS, mint
 from tests.support import events as ev
 from tests.support.node import SECRET, auth, metric, open_ws, start_node, token
 from tests.support.node import settings as node_settings
@@ -314,6 +314,53 @@ async def test_origin_allow_list() -> None:
                     pass
             assert info.value.response.status_code == 403
             assert json.loads(info.value.response.body)["error"]["code"] == "forbidden"
+
+
+ONE_CREDENTIAL = {
+    # (Authorization token, bearer subprotocol tokens, accepted)
+    "header and the same subprotocol": ("acme", ["acme"], True),
+    "the same subprotocol twice": (None, ["acme", "acme"], True),
+    "header and a subprotocol of another tenant": ("acme", ["globex"], False),
+    "header and an invalid subprotocol": ("acme", ["not-a-jwt"], False),
+    "two subprotocols of two tenants": (None, ["acme", "globex"], False),
+    "an invalid subprotocol before a valid one": (None, ["not-a-jwt", "acme"], False),
+}
+
+
+@pytest.mark.parametrize("case", list(ONE_CREDENTIAL))
+@pytest.mark.parametrize("reverse", [False, True], ids=["in-order", "reversed"])
+async def test_one_credential_per_handshake(
+    mem_node: Gateway, mem_http: httpx.AsyncClient, case: str, reverse: bool
+) -> None:
+    """A real client offers the header and bearer subprotocols: one token (in as many
+    places as it likes) upgrades as its tenant; two different ones are 401 whatever
+    their order, and the gateway never picks one of them."""
+    header, tenants, accepted = ONE_CREDENTIAL[case]
+    tokens = {t: token(t) for t in ("acme", "globex")}
+    headers = {} if header is None else bearer(tokens[header])
+    protocols = [SUBPROTOCOL, *(f"bearer.{tokens.get(t, t)}" for t in tenants)]
+    if reverse:
+        protocols.reverse()
+    if accepted:
+        team = ev.team_id()
+        pub = await publish(mem_http, team)  # acme's
+        async with open_ws(mem_node, headers=headers, subprotocols=protocols) as ws:
+            assert ws.subprotocol == SUBPROTOCOL
+            await subscribe(ws, f"team/{team}")
+            assert await recv_n(ws, 2) == [
+                subscribed(f"team/{team}", pub.cursors[0]),
+                *events_of(f"team/{team}", pub),
+            ]
+        return
+    with anyio.fail_after(5), pytest.raises(InvalidStatus) as info:
+        async with open_ws(mem_node, headers=headers, subprotocols=protocols):
+            pass
+    response = info.value.response
+    assert response.status_code == 401
+    assert json.loads(response.body) == {
+        "error": {"code": "unauthenticated", "message": TWO_TOKENS}
+    }
+    assert ws_metric(mem_node, "gateway_connections") == 0
 
 
 # ---------------------------------------------------------------------------
