@@ -74,18 +74,34 @@ def _str_list(value: object, claim: str) -> frozenset[str] | None:
     raise Unauthenticated(f"token claim {claim!r} must be a list of strings")
 
 
-def bearer_token(authorization: str | None, fallback: str | None = None) -> str:
-    """The token of an ``Authorization: Bearer`` header, else ``fallback``.
+#: The answer to a request with two different credentials.
+TWO_TOKENS = "two different bearer tokens: send one credential"
 
-    ``fallback`` is where a browser put it (the ``access_token`` query parameter of an
-    SSE route, the ``bearer.<JWT>`` WebSocket subprotocol).  Raises Unauthenticated.
+
+def bearer_token(authorization: str | None, fallbacks: Sequence[str] = ()) -> str:
+    """The one bearer token a request carries: its ``Authorization: Bearer`` header's
+    and every token in ``fallbacks``, which must all be the same token.
+
+    ``fallbacks`` are where a browser puts it: the ``access_token`` query parameters of
+    an SSE route, the ``bearer.<JWT>`` elements of the WebSocket subprotocol offer.  Two
+    different tokens (a header and a query token, two subprotocol elements, ...) are
+    refused, whichever comes first: the gateway never picks one of two credentials (a
+    proxy in front may have checked the other).  Nothing is verified here.
+
+    Raises Unauthenticated: an ``Authorization`` header that is not ``Bearer <token>``,
+    no token or an empty one, two different tokens.
     """
-    token = fallback
+    token: str | None = None
     if authorization is not None:
         scheme, _, value = authorization.partition(" ")
-        if scheme.lower() != "bearer" or not value.strip():
-            raise Unauthenticated("expected 'Authorization: Bearer <token>'")
         token = value.strip()
+        if scheme.lower() != "bearer" or not token:
+            raise Unauthenticated("expected 'Authorization: Bearer <token>'")
+    for other in fallbacks:
+        if token is None:
+            token = other
+        elif other != token:
+            raise Unauthenticated(TWO_TOKENS)
     if not token:
         raise Unauthenticated("missing bearer token")
     return token

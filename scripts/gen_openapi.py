@@ -182,8 +182,10 @@ def access_token_param() -> dict[str, Any]:
         "required": False,
         "description": (
             "The bearer JWT, for EventSource clients that cannot set the Authorization "
-            "header (contract D5). Used only when no Authorization header is sent. Query "
-            "strings are never logged; prefer short-lived tokens here."
+            "header (contract D5). A request carries one token: an Authorization header "
+            "or another access_token with a different token beside it is 401 "
+            "unauthenticated. Query strings are never logged; prefer short-lived tokens "
+            "here."
         ),
         "schema": {"type": "string", "minLength": 1},
     }

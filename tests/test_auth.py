@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 
-from gateway.auth import LEEWAY_SECONDS, Authenticator, Principal, mint
+from gateway.auth import LEEWAY_SECONDS, TWO_TOKENS, Authenticator, Principal, bearer_token, mint
 from gateway.config import Settings
 from gateway.errors import ErrorCode, Unauthenticated
 
@@ -552,3 +552,40 @@ def test_remembered_tokens_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     for token in tokens:
         auth.verify(token)
     assert list(auth._verified) == tokens[2:]
+
+
+@pytest.mark.parametrize(
+    ("authorization", "fallbacks", "expected"),
+    [
+        ("Bearer tok-a", (), "tok-a"),
+        ("bearer   tok-a ", (), "tok-a"),
+        (None, ("tok-a",), "tok-a"),
+        ("Bearer tok-a", ("tok-a",), "tok-a"),
+        (None, ("tok-a", "tok-a"), "tok-a"),
+        ("Bearer tok-a", ("tok-b",), None),
+        ("Bearer tok-a", ("tok-a", "tok-b"), None),
+        (None, ("tok-a", "tok-b"), None),
+        (None, ("tok-b", "tok-a"), None),
+        ("Bearer tok-a", ("",), None),
+        (None, ("",), None),
+        (None, (), None),
+        ("Basic dXNlcjpwYXNz", (), None),
+        ("Basic dXNlcjpwYXNz", ("tok-a",), None),
+        ("Bearer", (), None),
+    ],
+)
+def test_bearer_token_is_one_token(
+    authorization: str | None, fallbacks: tuple[str, ...], expected: str | None
+) -> None:
+    """The header and every fallback (query tokens, bearer subprotocols) must be one
+    token; two different ones are refused in any order, and never echoed."""
+    if expected is not None:
+        assert bearer_token(authorization, fallbacks) == expected
+        return
+    with pytest.raises(Unauthenticated) as info:
+        bearer_token(authorization, fallbacks)
+    assert info.value.code == ErrorCode.UNAUTHENTICATED
+    header = [authorization[7:]] if authorization and authorization.startswith("Bearer ") else []
+    if len({*fallbacks, *header}) > 1:
+        assert info.value.message == TWO_TOKENS
+    assert "tok-" not in info.value.message

@@ -13,18 +13,26 @@ What is accepted:
   lines; lines end with CRLF (a bare LF in the head is refused at once: 400); the head
   (request line and headers) at most ``max_head`` bytes (431 beyond);
 - header fields ``name: value`` (a token name, no space before the colon, no line
-  folding, no control characters in the value); names are lowercased; when a name is
-  repeated the last value is kept, except ``content-length`` (all equal, or 400),
-  ``host`` (once, 400 otherwise) and the lists ``connection`` and ``transfer-encoding``
-  (joined with ``", "``, RFC 9110 5.3); HTTP/1.1 requires ``host``;
-- a body framed by ``content-length`` (digits) or ``transfer-encoding: chunked`` (not
-  both; another transfer coding is 501), at most ``max_body`` bytes (413: decided from
-  ``content-length`` before the body arrives, or as chunks arrive);
+  folding, no control characters in the value); names are lowercased; a field the
+  gateway reads as one value (:data:`SINGLE`: ``authorization``, ``host``,
+  ``content-type``, ``content-length``, the WebSocket handshake's, ...) may appear once
+  (400 otherwise: two credentials or two lengths are ambiguous, and the gateway never
+  picks one); any other repeated field is one list, its lines joined with ``", "``
+  (RFC 9110 5.3), never only the last; HTTP/1.1 requires ``host``;
+- a body framed by ``content-length`` (digits) or ``transfer-encoding`` whose only
+  coding is ``chunked`` (not both; 400 for a list where ``chunked`` is not the final
+  coding exactly once and in HTTP/1.0, whose framing it cannot be; 501 for another
+  coding before it), at most ``max_body`` bytes (413: decided from ``content-length``
+  before the body arrives, or as chunks arrive); the trailer section after the last
+  chunk is lines ending in CRLF like the head's (a bare CR or LF there is 400, not the
+  end of the trailers);
 - ``expect: 100-continue``: :attr:`RequestParser.wants_continue` says when to send
   ``100 Continue`` (HTTP/1.1 only: the expectation is ignored in HTTP/1.0);
 - an upgrade (``connection: upgrade`` with an ``upgrade`` header, no body): the request
   is handed out and the bytes after it stay in :attr:`RequestParser.trailing` for the
-  new protocol.
+  new protocol.  Any request with an ``upgrade`` header is not ``keep_alive``: if the
+  server does not switch protocols, it closes after answering, so bytes a proxy may
+  already treat as a tunnel are never read as another request.
 
 :func:`response_head` frames a response head.
 """
@@ -67,8 +75,22 @@ def _bare_lf(buf: bytes | bytearray, start: int, end: int) -> bool:
 
 #: The answer to a head with a line that ends in LF alone (checked in two places).
 _BARE_LF: Final = "a line of the request head ends with a bare LF"
-#: Fields that are comma-separated lists: repeated lines are joined, not replaced.
-_LISTS: Final = frozenset({"connection", "transfer-encoding"})
+#: Fields the gateway reads as one value: a request that repeats one is refused, so the
+#: gateway never picks one of two (a proxy may have checked the other).
+SINGLE: Final = frozenset(
+    {
+        "authorization",
+        "content-length",
+        "content-type",
+        "expect",
+        "host",
+        "idempotency-key",
+        "last-event-id",
+        "origin",
+        "sec-websocket-key",
+        "sec-websocket-version",
+    }
+)
 #: A chunk-size line: hex digits, then optional extensions.
 _CHUNK_SIZE: Final = re.compile(rb"([0-9A-Fa-f]{1,16})[ \t]*(?:;[^\r\n]*)?")
 #: A chunk-size line (or a trailer field) longer than this is refused.
@@ -267,8 +289,6 @@ class RequestParser:
         else:
             raise HttpError(400, "unsupported HTTP version")
         headers: dict[str, str] = {}
-        lengths: set[bytes] = set()
-        hosts = 0
         for line in lines[1:]:
             name, colon, value = line.partition(b":")
             if not colon or not _is_token(name):
@@ -278,37 +298,39 @@ class RequestParser:
             if not clean and not _is_value(value):
                 raise HttpError(400, "malformed header field")
             key = name.decode("ascii").lower()
-            if key == "content-length":
-                lengths.add(value)
-            elif key == "host":
-                hosts += 1
             text = value.decode("latin-1")
-            if key in _LISTS and key in headers:
+            if key in headers:
+                if key in SINGLE:
+                    raise HttpError(400, f"the {key} header field is repeated")
                 text = f"{headers[key]}, {text}"
             headers[key] = text
-        if hosts > 1 or (http11 and not hosts):
+        if http11 and "host" not in headers:
             raise HttpError(400, "a request needs exactly one host header")
         connection = {t.strip().lower() for t in headers.get("connection", "").split(",")}
         coding = headers.get("transfer-encoding")
+        length = headers.get("content-length")
         if coding is not None:
-            if lengths:
+            if length is not None:
                 raise HttpError(400, "both content-length and transfer-encoding")
-            codings = [c.strip().lower() for c in coding.split(",")]
-            if [c for c in codings if c] != ["chunked"]:
+            if not http11:
+                raise HttpError(400, "transfer-encoding in an HTTP/1.0 request")
+            codings = [c for c in (c.strip().lower() for c in coding.split(",")) if c]
+            if not codings or codings[-1] != "chunked" or codings.count("chunked") > 1:
+                raise HttpError(400, "transfer-encoding must end with chunked, once")
+            if len(codings) > 1:
                 raise HttpError(501, "unsupported transfer-encoding")
             self._length = None
-        elif lengths:
-            if len(lengths) > 1:
-                raise HttpError(400, "conflicting content-length")
-            [raw] = lengths
-            if not raw.isdigit() or len(raw) > 18:
+        elif length is not None:
+            if not length.isdigit() or len(length) > 18:
                 raise HttpError(400, "malformed content-length")
-            self._length = int(raw)
+            self._length = int(length)
             if self._length > self.max_body:
                 raise HttpError(413, f"request body is larger than {self.max_body} bytes")
         else:
             self._length = 0
-        keep_alive = http11 and "close" not in connection
+        # A request that asks to switch protocols and is not switched (refused, or not a
+        # well-formed upgrade) ends the connection after its answer.
+        keep_alive = http11 and "close" not in connection and "upgrade" not in headers
         upgrade = "upgrade" in connection and "upgrade" in headers and self._length == 0
         return ParsedRequest(method.decode("ascii"), target, headers, http11, keep_alive, upgrade)
 
@@ -347,19 +369,30 @@ class RequestParser:
             del buf[: start + size + 2]
 
     def _take_trailers(self, start: int) -> bytes | None:
-        """After the last chunk: trailer fields (ignored), then an empty line."""
+        """After the last chunk: trailer fields (checked, then dropped), then an empty
+        line.  Lines end with CRLF: a bare CR or LF is refused, never taken for the end
+        of the section (which would read the next request's head as trailers)."""
         buf = self._buf
         if buf[start : start + 2] == b"\r\n":  # no trailers
             del buf[: start + 2]
             return bytes(self._chunks)
         end = buf.find(b"\r\n\r\n", start)
+        # Up to the end of the section, or everything buffered but a CR that may be
+        # the first half of a CRLF still to come.
+        limit = end + 4 if end >= 0 else len(buf) - (1 if buf.endswith(b"\r") else 0)
+        if _bare_lf(buf, start, limit) or buf.count(b"\r", start, limit) != buf.count(
+            b"\r\n", start, limit
+        ):
+            raise HttpError(400, "a trailer line ends with a bare CR or LF")
         if end < 0:
             if len(buf) - start > MAX_LINE:
                 raise HttpError(400, "malformed chunked body")
             return None
+        if end - start > MAX_LINE:
+            raise HttpError(400, "malformed chunked body")
         for line in bytes(buf[start:end]).split(b"\r\n"):
-            name, colon, _ = line.partition(b":")
-            if not colon or not _is_token(name):
+            name, colon, value = line.partition(b":")
+            if not colon or not _is_token(name) or not _is_value(value):
                 raise HttpError(400, "malformed chunked body")
         del buf[: end + 4]
         return bytes(self._chunks)

@@ -48,9 +48,9 @@ class Services:
 
     def principal(self, request: Request) -> Principal:
         """The caller, from ``Authorization: Bearer`` or the ``access_token`` query
-        parameter (EventSource); raises Unauthenticated."""
+        parameter (EventSource), never two different tokens; raises Unauthenticated."""
         token = bearer_token(
-            request.headers.get("authorization"), request.query_one("access_token")
+            request.headers.get("authorization"), request.query.get("access_token", ())
         )
         return self.auth.verify(token)
 

@@ -28,13 +28,12 @@ from websockets.protocol import State
 from websockets.server import ServerProtocol
 
 from gateway import access
-from gateway.auth import Principal, bearer_token
+from gateway.auth import Principal
 from gateway.cursor import Cursor, parse_cursor
 from gateway.dialects.ai_sdk_wire import parse_chunk_id
 from gateway.errors import (
     CloseCode,
     ErrorCode,
-    Forbidden,
     GatewayError,
     InvalidRequest,
     NotFound,
@@ -501,36 +500,21 @@ class Session:
         self.close(CloseCode.SERVICE_RESTART, "service restart: reconnect and resume")
 
 
-def _principal(services: Services, request: Request, offered: list[str]) -> Principal:
-    from_subprotocol = next(
-        (p[len(ws.BEARER_PREFIX) :] for p in offered if p.startswith(ws.BEARER_PREFIX)),
-        None,
-    )
-    token = bearer_token(request.headers.get("authorization"), from_subprotocol)
-    principal = services.auth.verify(token)
-    principal.require_subscribe()
-    return principal
-
-
 async def upgrade(
     services: Services, request: Request, responder: Responder, params: dict[str, str]
 ) -> None:
-    """``GET /v1/ws``: authenticate, check Origin and subprotocol, hand over to a Session."""
+    """``GET /v1/ws``: check the handshake, Origin, subprotocol and the one credential
+    (:func:`ws_handshake.negotiate`, before any token is verified), verify the token,
+    and hand over to a Session.  Every refusal is an HTTP error answer; the parser
+    closes the connection after it (an Upgrade that is not switched ends it)."""
     settings, metrics = services.settings, services.metrics
     if services.hub.draining:
         raise Unavailable("this node is draining: reconnect to another")
-    offered = ws_handshake.subprotocols(request.headers)
-    principal = _principal(services, request, offered)
     origins = [o.strip() for o in settings.ws_origins.split(",") if o.strip()]
-    origin = request.headers.get("origin")
-    if origins and origin is not None and origin not in origins:
-        raise Forbidden("origin not allowed")
-    if ws.SUBPROTOCOL not in offered:
-        raise InvalidRequest("offer the gateway.v1 subprotocol")
-    try:
-        accept = ws_handshake.check(request.headers, request.http11)
-    except ws_handshake.HandshakeError as exc:
-        raise InvalidRequest(f"not a valid WebSocket upgrade request: {exc}") from None
+    handshake = ws_handshake.negotiate(request.headers, request.http11, origins)
+    principal = services.auth.verify(handshake.token)
+    principal.require_subscribe()
+    accept = handshake.accept
     # The frames from here on: websockets' protocol, already open (the handshake was
     # ours), with one logger for every socket instead of a lookup per socket.
     protocol = ServerProtocol(

@@ -1,15 +1,32 @@
 """The server side of the WebSocket opening handshake (RFC 6455 §4.2), sans I/O.
 
 The HTTP request is already parsed (:mod:`gateway.http.h1`); what is left is checking
-the upgrade headers and writing the ``101`` answer.  python-websockets' handshake
-object does the same with general-purpose machinery (a connection id, a logger, its
-own header parsing, the ``Date`` header) that costs a reconnect storm more than the
-check itself; the frames after the handshake are still websockets' protocol.
+the upgrade headers, the ``gateway.v1`` offer and the one credential, and writing the
+``101`` answer.  python-websockets' handshake object does the same with general-purpose
+machinery (a connection id, a logger, its own header parsing, the ``Date`` header) that
+costs a reconnect storm more than the check itself; the frames after the handshake are
+still websockets' protocol.
 
-The rules are websockets' own (``ServerProtocol.process_request``): HTTP/1.1; a
-``Connection`` header with the ``upgrade`` option; exactly one ``Upgrade`` protocol,
-``websocket`` in any case; one ``Sec-WebSocket-Key`` that is base64 of 16 bytes; one
-``Sec-WebSocket-Version``, ``13``.  No extensions are negotiated (no compression).
+The rules are websockets' own (``ServerProtocol.process_request``), checked against it
+on generated requests (tests/http/test_ws_handshake_differential.py):
+
+- HTTP/1.1; no body (no ``Transfer-Encoding``; ``Content-Length`` absent or ``0``);
+- ``Connection``: a list of tokens with the ``upgrade`` option (any case);
+- ``Upgrade``: exactly one protocol, ``websocket`` in any case;
+- one ``Sec-WebSocket-Key``, base64 of 16 bytes; one ``Sec-WebSocket-Version``, ``13``;
+- ``Sec-WebSocket-Protocol``: a list of tokens that offers ``gateway.v1`` (exactly:
+  subprotocol names are case-sensitive); the answer names ``gateway.v1`` and nothing else.
+
+The parser refuses a repeated single-value field (``Sec-WebSocket-Key``,
+``Sec-WebSocket-Version``, ``Origin``, ``Authorization``: :data:`gateway.http.h1.SINGLE`)
+with 400 before this module sees the request, and joins the lines of a repeated list
+field (``Connection``, ``Upgrade``, ``Sec-WebSocket-Protocol``) with ``", "``.  Stricter
+than websockets, then: an empty list element is refused here (websockets skips them),
+since after the join it may have been an empty field line, which websockets refuses and
+nothing here could tell apart; and the one credential (:func:`negotiate`), which
+websockets does not look at.
+
+No extensions are negotiated (no compression).
 """
 
 from __future__ import annotations
@@ -17,24 +34,71 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
+from typing import Final
+
+from gateway.auth import bearer_token
+from gateway.errors import Forbidden, InvalidRequest, Unauthenticated
+from gateway.wire.ws import BEARER_PREFIX, SUBPROTOCOL
 
 #: RFC 6455 §1.3: appended to the client's key before hashing.
 GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+#: RFC 9110 §5.6.2 ``token``: what a list element of the handshake's fields may be.
+_TOKEN: Final = r"[-!#$%&'*+.^_`|~0-9A-Za-z]+"
+#: A list of tokens without empty elements (one match per field, not one per element).
+_TOKENS: Final = re.compile(rf"[ \t]*{_TOKEN}(?:[ \t]*,[ \t]*{_TOKEN})*[ \t]*")
 
 
 class HandshakeError(ValueError):
     """Not a valid WebSocket upgrade request; the message says why."""
 
 
-def options(value: str) -> list[str]:
-    """The items of a comma-separated header value, trimmed, empty ones dropped."""
-    return [part.strip() for part in value.split(",") if part.strip()]
+class Handshake:
+    """A valid ``gateway.v1`` upgrade request: the ``Sec-WebSocket-Accept`` value to
+    answer with and the bearer token it carries (not verified yet)."""
+
+    __slots__ = ("accept", "token")
+
+    def __init__(self, accept: str, token: str) -> None:
+        self.accept = accept
+        self.token = token
+
+
+def options(value: str, name: str) -> list[str]:
+    """The elements of the comma-separated list field ``name``, trimmed.
+
+    Raises HandshakeError for an empty element (see the module docstring) or one that
+    is not a token.
+    """
+    if _TOKENS.fullmatch(value) is None:
+        if any(not part.strip(" \t") for part in value.split(",")):
+            raise HandshakeError(f"{name} has an empty list element")
+        raise HandshakeError(f"{name} has an element that is not a token")
+    return [part.strip(" \t") for part in value.split(",")]
 
 
 def subprotocols(headers: Mapping[str, str]) -> list[str]:
-    """The subprotocols the client offers (``Sec-WebSocket-Protocol``), in order."""
-    return options(headers.get("sec-websocket-protocol", ""))
+    """The subprotocols the client offers (``Sec-WebSocket-Protocol``), in order; none
+    when the field is absent.  Raises HandshakeError (see :func:`options`)."""
+    value = headers.get("sec-websocket-protocol")
+    return [] if value is None else options(value, "Sec-WebSocket-Protocol")
+
+
+def bearer_tokens(offered: Sequence[str]) -> list[str]:
+    """The tokens of the offer's ``bearer.<token>`` elements, in order.
+
+    An element that starts with ``bearer.`` in another case (``Bearer.<token>``) is
+    refused (Unauthenticated), not passed over: it is a credential in all but spelling,
+    and one the gateway ignored could be the one a proxy checked.
+    """
+    tokens: list[str] = []
+    for element in offered:
+        if element.startswith(BEARER_PREFIX):
+            tokens.append(element[len(BEARER_PREFIX) :])
+        elif element[: len(BEARER_PREFIX)].lower() == BEARER_PREFIX:
+            raise Unauthenticated("a bearer subprotocol is spelled 'bearer.<token>'")
+    return tokens
 
 
 def accept_key(key: str) -> str:
@@ -43,16 +107,22 @@ def accept_key(key: str) -> str:
 
 
 def check(headers: Mapping[str, str], http11: bool) -> str:
-    """Check an upgrade request's headers (lower-case names, repeated headers joined
-    with ``", "``); return the ``Sec-WebSocket-Accept`` value or raise
-    :class:`HandshakeError`."""
+    """Check an upgrade request's headers (lower-case names, as :mod:`gateway.http.h1`
+    hands them: single-value fields once, list fields joined); return the
+    ``Sec-WebSocket-Accept`` value or raise :class:`HandshakeError` naming the field."""
     if not http11:
         raise HandshakeError("a WebSocket upgrade needs HTTP/1.1")
-    connection = options(headers.get("connection", ""))
-    if not any(option.lower() == "upgrade" for option in connection):
+    if "transfer-encoding" in headers or headers.get("content-length", "0") != "0":
+        raise HandshakeError("a WebSocket upgrade has no body (Content-Length, Transfer-Encoding)")
+    connection = headers.get("connection")
+    if connection is None or not any(
+        option.lower() == "upgrade" for option in options(connection, "Connection")
+    ):
         raise HandshakeError("the Connection header does not say upgrade")
-    upgrade = options(headers.get("upgrade", ""))
-    if not (len(upgrade) == 1 and upgrade[0].lower() == "websocket"):
+    upgrade = [part.strip(" \t") for part in headers.get("upgrade", "").split(",")]
+    if len(upgrade) > 1 and "" in upgrade:
+        raise HandshakeError("Upgrade has an empty list element")
+    if len(upgrade) != 1 or upgrade[0].lower() != "websocket":
         raise HandshakeError("the Upgrade header must be websocket")
     key = headers.get("sec-websocket-key")
     if key is None:
@@ -62,7 +132,6 @@ def check(headers: Mapping[str, str], http11: bool) -> str:
     except (binascii.Error, ValueError):
         raw = b""
     if len(raw) != 16:
-        # Two keys, joined by the parser, are not base64 of 16 bytes either.
         raise HandshakeError("Sec-WebSocket-Key is not base64 of 16 bytes")
     version = headers.get("sec-websocket-version")
     if version is None:
@@ -70,6 +139,33 @@ def check(headers: Mapping[str, str], http11: bool) -> str:
     if version != "13":
         raise HandshakeError("Sec-WebSocket-Version must be 13")
     return accept_key(key)
+
+
+def negotiate(headers: Mapping[str, str], http11: bool, origins: Sequence[str]) -> Handshake:
+    """Everything the upgrade route decides before verifying the token, in this order:
+
+    - :func:`check` and the ``gateway.v1`` offer: InvalidRequest (400);
+    - ``Origin``, when ``origins`` (the allow-list) is not empty: a request that sends
+      an Origin not in it is Forbidden (403); one without Origin is not a browser's;
+    - the credential: the ``Authorization: Bearer`` header and every ``bearer.<token>``
+      element must be one and the same token (:func:`gateway.auth.bearer_token`), else
+      Unauthenticated (401): the gateway never picks one of two credentials.
+
+    Pure: no token is verified here (a refused request costs no signature check).
+    """
+    try:
+        accept = check(headers, http11)
+        offered = subprotocols(headers)
+    except HandshakeError as exc:
+        raise InvalidRequest(f"not a valid WebSocket upgrade request: {exc}") from None
+    if SUBPROTOCOL not in offered:
+        raise InvalidRequest(f"offer the {SUBPROTOCOL} subprotocol")
+    if origins:
+        origin = headers.get("origin")
+        if origin is not None and origin not in origins:
+            raise Forbidden("origin not allowed")
+    token = bearer_token(headers.get("authorization"), bearer_tokens(offered))
+    return Handshake(accept, token)
 
 
 def response(accept: str, subprotocol: str) -> bytes:

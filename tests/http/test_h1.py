@@ -16,6 +16,7 @@ import pytest
 from gateway.http.h1 import (
     MAX_LINE,
     REASONS,
+    SINGLE,
     HttpError,
     ParsedRequest,
     RequestParser,
@@ -234,9 +235,13 @@ def test_in_request_tells_whether_part_of_a_request_arrived() -> None:
         ([b"CONTENT-TYPE: Application/JSON"], {"content-type": "Application/JSON"}),
         ([b"X-A: caf\xe9 \x80\xff"], {"x-a": "caf\xe9 \x80\xff"}),  # obs-text, latin-1
         ([b"X!#$%&'*+-.^_`|~09az: v"], {"x!#$%&'*+-.^_`|~09az": "v"}),
-        ([b"X-A: 1", b"x-a: 2"], {"x-a": "2"}),  # repeated: the last value is kept
-        # ... except the lists that decide framing and the connection: joined.
+        # Repeated: one list, the lines joined (RFC 9110 5.3); never only the last one.
+        ([b"X-A: 1", b"x-a: 2"], {"x-a": "1, 2"}),
         ([b"Connection: keep-alive", b"Connection: foo"], {"connection": "keep-alive, foo"}),
+        (
+            [b"Sec-WebSocket-Protocol: a", b"Sec-WebSocket-Protocol: b"],
+            {"sec-websocket-protocol": "a, b"},
+        ),
         ([b'X-A: "quoted, \\" string"'], {"x-a": '"quoted, \\" string"'}),
     ],
 )
@@ -279,6 +284,25 @@ def test_header_fields_refused(fields: list[bytes]) -> None:
     assert error(req(b"POST / HTTP/1.1", H, *fields)) == 400
 
 
+@pytest.mark.parametrize("name", sorted(SINGLE - {"host"}))
+@pytest.mark.parametrize("second", [b"same", b"other"])
+def test_a_single_value_field_repeated_is_refused(name: str, second: bytes) -> None:
+    """Two credentials, two lengths, two keys: never one picked, whichever it would be."""
+    first = b"0" if name == "content-length" else b"same"
+    again = first if second == b"same" else b"1"
+    field = name.encode()
+    data = req(b"GET / HTTP/1.1", H, field + b": " + first, field.upper() + b": " + again)
+    assert error(data) == 400
+    # Once, it is taken as it is.
+    assert one(req(b"GET / HTTP/1.1", H, field + b": " + first)).headers[name] == first.decode()
+
+
+def test_two_authorization_fields_are_refused_whatever_their_order() -> None:
+    a, b = b"Authorization: Bearer tenant-a", b"Authorization: Bearer tenant-b"
+    for fields in ([a, b], [b, a], [b"Authorization: junk", a], [a, a]):
+        assert error(req(b"POST /v1/teams/t/events HTTP/1.1", H, *fields)) == 400
+
+
 @pytest.mark.parametrize(
     ("line", "fields", "status", "host"),
     [
@@ -313,7 +337,6 @@ def test_host(line: bytes, fields: list[bytes], status: int | None, host: str | 
         ([b"Content-Length: 0"], b"", b""),
         ([b"Content-Length: 005"], b"hello", b"hello"),
         ([b"Content-Length:  5  "], b"hello", b"hello"),
-        ([b"Content-Length: 5", b"Content-Length: 5"], b"hello", b"hello"),  # same: fine
         ([b"Content-Length: %d" % MAX_BODY], b"x" * MAX_BODY, b"x" * MAX_BODY),  # at the limit
         ([], b"", b""),  # no framing: no body
     ],
@@ -327,6 +350,7 @@ def test_content_length_bodies(fields: list[bytes], body: bytes, expected: bytes
     ("fields", "status"),
     [
         ([b"Content-Length: 5", b"Content-Length: 6"], 400),  # different values
+        ([b"Content-Length: 5", b"Content-Length: 5"], 400),  # the same, repeated
         ([b"Content-Length: 5", b"Content-Length: 05"], 400),  # different field values
         ([b"Content-Length: abc"], 400),
         ([b"Content-Length: -1"], 400),
@@ -391,14 +415,20 @@ def chunked(body: bytes, *fields: bytes) -> bytes:
         (b"CHUNKED", None),
         (b"  chunked  ", None),
         (b"chunked,", None),  # empty list elements are ignored (RFC 9110 5.6.1)
-        (b"gzip", 501),
-        (b"identity", 501),
-        (b"deflate", 501),
+        # chunked not the final coding, or not once: the length cannot be known (RFC
+        # 9112 6.3): 400 and close.
+        (b"gzip", 400),
+        (b"identity", 400),
+        (b"deflate", 400),
+        (b"chunked, gzip", 400),
+        (b"chunked, chunked", 400),
+        (b"chunked, identity, chunked", 400),
+        (b"chunkedx", 400),
+        (b"", 400),
+        (b",", 400),
+        # A coding the gateway does not implement before a final chunked: 501.
         (b"gzip, chunked", 501),
-        (b"chunked, gzip", 501),
-        (b"chunked, chunked", 501),
-        (b"chunkedx", 501),
-        (b"", 501),
+        (b"identity, chunked", 501),
     ],
 )
 def test_transfer_codings(coding: bytes, status: int | None) -> None:
@@ -410,16 +440,22 @@ def test_transfer_codings(coding: bytes, status: int | None) -> None:
 
 
 @pytest.mark.parametrize(
-    "fields",
+    ("fields", "status"),
     [
         # Repeated field lines are one list (RFC 9110 5.3): never only the last one.
-        [b"Transfer-Encoding: gzip", b"Transfer-Encoding: chunked"],
-        [b"Transfer-Encoding: chunked", b"Transfer-Encoding: gzip"],
-        [b"Transfer-Encoding: chunked", b"Transfer-Encoding: chunked"],
+        ([b"Transfer-Encoding: gzip", b"Transfer-Encoding: chunked"], 501),
+        ([b"Transfer-Encoding: chunked", b"Transfer-Encoding: gzip"], 400),
+        ([b"Transfer-Encoding: chunked", b"Transfer-Encoding: chunked"], 400),
     ],
 )
-def test_repeated_transfer_encoding_lines_are_one_list(fields: list[bytes]) -> None:
-    assert error(req(b"POST /p HTTP/1.1", H, *fields, body=b"0\r\n\r\n")) == 501
+def test_repeated_transfer_encoding_lines_are_one_list(fields: list[bytes], status: int) -> None:
+    assert error(req(b"POST /p HTTP/1.1", H, *fields, body=b"0\r\n\r\n")) == status
+
+
+def test_transfer_encoding_in_http10_is_refused() -> None:
+    """HTTP/1.0 has no chunked framing: its length cannot be known (RFC 9112 6.1)."""
+    data = req(b"POST /p HTTP/1.0", b"Transfer-Encoding: chunked", body=b"0\r\n\r\n")
+    assert error(data) == 400
 
 
 @pytest.mark.parametrize(
@@ -449,6 +485,20 @@ def test_chunked_bodies(body: bytes, expected: bytes) -> None:
     r = one(chunked(body))
     assert r.body == expected
     assert "x-sum" not in r.headers  # trailers never become header fields
+
+
+def test_a_request_smuggled_behind_bare_lf_trailers_is_never_parsed() -> None:
+    """``0 CRLF X-T: 1 LF LF`` then a request head then a body: the trailers end in bare
+    LFs, so the request is refused there, and nothing after it runs as a request."""
+    smuggled = req(b"POST /v1/teams/t/events HTTP/1.1", H, b"Content-Length: 2", body=b"{}")
+    data = (
+        chunked(b"0\r\nX-T: 1\n\n")
+        + req(b"POST /x HTTP/1.1", H, b"Content-Length: %d" % len(smuggled))
+        + smuggled
+    )
+    for mode in (False, True):
+        got, status = feed(data, bytewise=mode)
+        assert (got, status) == ([], 400)
 
 
 def test_chunked_trailers_do_not_leak_into_the_next_request() -> None:
@@ -488,6 +538,16 @@ def test_chunked_trailers_do_not_leak_into_the_next_request() -> None:
         (b"5;" + b"e" * MAX_LINE + b"\r\nhello\r\n0\r\n\r\n", 400),  # a size line too long
         (b"5;" + b"e" * (MAX_LINE + 8), 400),  # ... even before its end arrives
         (b"0\r\nX-T: " + b"t" * (MAX_LINE + 8), 400),  # trailers too long
+        # A trailer section is lines ending in CRLF: a bare LF or CR is refused, never
+        # read past to the next CRLF CRLF.
+        (b"0\r\nX-T: 1\n\n", 400),
+        (b"0\r\nX-T: 1\n\r\n", 400),
+        (b"0\r\nX-T: 1\r\n\n", 400),
+        (b"0\r\nX-T: 1\r\r\n\r\n", 400),
+        (b"0\r\nX-T: 1\rX-U: 2\r\n\r\n", 400),
+        (b"0\r\nX-T: a\x00b\r\n\r\n", 400),  # a control character in a value
+        (b"0\r\nX-T: 1\n", 400),  # refused before the section could end
+        (b"0\r\nX-T : 1\r\n\r\n", 400),
         # Larger than max_body: 413, decided from the chunk sizes.
         (b"%x\r\n" % (MAX_BODY + 1), 413),
         (b"20\r\n" + b"z" * 32 + b"\r\n21\r\n", 413),
@@ -641,6 +701,12 @@ def test_no_continue_for_a_body_too_large() -> None:
         (b"GET / HTTP/1.0", [], False),  # HTTP/1.0: closed after the answer
         (b"GET / HTTP/1.0", [b"Connection: close"], False),
         (b"GET / HTTP/1.0", [b"Connection: keep-alive"], False),  # never (documented)
+        # A request that asks to switch protocols: the connection ends after it, the
+        # switch taken or not (what follows may be a tunnel's bytes to a proxy).
+        (b"GET / HTTP/1.1", [b"Upgrade: websocket"], False),
+        (b"GET / HTTP/1.1", [b"Upgrade: websocket", b"Connection: upgrade"], False),
+        (b"GET / HTTP/1.1", [b"Upgrade: h2c", b"Connection: keep-alive"], False),
+        (b"GET / HTTP/1.1", [b"Connection: upgrade"], True),  # nothing to switch to
     ],
 )
 def test_keep_alive(line: bytes, fields: list[bytes], keep_alive: bool) -> None:
@@ -778,7 +844,7 @@ def test_not_an_upgrade_parses_what_follows_as_http() -> None:
     p.receive(req(b"GET /a HTTP/1.1", H, b"Upgrade: websocket") + req(b"GET /b HTTP/1.1", H))
     a, b = p.next_request(), p.next_request()
     assert a is not None and b is not None
-    assert (a.upgrade, b.target) == (False, b"/b")
+    assert (a.upgrade, a.keep_alive, b.target) == (False, False, b"/b")
     assert p.trailing == b""
 
 
@@ -827,7 +893,7 @@ def test_every_error_the_parser_raises_has_a_reason() -> None:
             b"GET / HTTP/9.9\r\n\r\n",
             head_of(MAX_HEAD_BYTES + 1),
             req(b"POST / HTTP/1.1", H, b"Content-Length: 999"),
-            req(b"POST / HTTP/1.1", H, b"Transfer-Encoding: gzip"),
+            req(b"POST / HTTP/1.1", H, b"Transfer-Encoding: gzip, chunked"),
         ]
     }
     assert statuses == {400, 413, 431, 501}

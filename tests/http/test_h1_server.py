@@ -201,7 +201,7 @@ async def test_keep_alive_serves_sequential_requests_on_one_connection(node: Gat
             "invalid_request",
         ),
         (
-            b"POST /healthz HTTP/1.1\r\nHost: gw.test\r\nTransfer-Encoding: gzip\r\n\r\n",
+            b"POST /healthz HTTP/1.1\r\nHost: gw.test\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
             501,
             "invalid_request",
         ),
@@ -384,3 +384,76 @@ async def test_a_stream_says_connection_close_and_ends_with_the_connection(
         assert b"RUN_FINISHED" in client.buf
         client.buf = b""
         await client.closed()
+
+
+async def first_offset(node: Gateway, team: str) -> int:
+    """Publish one item to ``team`` on a new connection: the offset it got (1 when the
+    feed held nothing before)."""
+    client = await connect(node)
+    async with client.stream:
+        await client.send(publish(team, item_body(), "Connection: close"))
+        r = await client.response()
+    assert_ok_publish(r)
+    return int(r.json()["cursors"][0].split(":")[1])
+
+
+async def test_a_request_smuggled_behind_bare_lf_trailers_is_not_run(node: Gateway) -> None:
+    """A chunked body whose trailers end in bare LFs, then a request head the trailers
+    would swallow, then a publish as its body: 400 and close; nothing is appended."""
+    team = ev.team_id()
+    smuggled = publish(team, item_body())
+    cover = request("POST", "/healthz", f"Content-Length: {len(smuggled)}") + smuggled
+    first = request("POST", "/healthz", "Transfer-Encoding: chunked", body=b"0\r\nX-T: 1\n\n")
+    client = await connect(node)
+    async with client.stream:
+        await client.send(first + cover)
+        assert_error(await client.response(), 400, "invalid_request")
+        await client.closed()
+    assert await first_offset(node, team) == 1
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        ["Upgrade: websocket"],  # no "Connection: upgrade": not an upgrade, refused
+        ["Upgrade: websocket", "Connection: upgrade", "Sec-WebSocket-Version: 13"],  # no key
+        ["Upgrade: h2c", "Connection: upgrade"],
+    ],
+    ids=["no-connection-upgrade", "no-key", "h2c"],
+)
+async def test_a_refused_upgrade_closes_the_connection(node: Gateway, fields: list[str]) -> None:
+    """A proxy may open a tunnel on ``Upgrade`` alone: what the client sends after a
+    refused upgrade is never read as a request of its own."""
+    team = ev.team_id()
+    client = await connect(node)
+    async with client.stream:
+        await client.send(request("GET", "/v1/ws", *fields) + publish(team, item_body()))
+        r = await client.response()
+        assert r.status in (400, 401, 426), r
+        assert r.headers["connection"] == "close"
+        await client.closed()
+    assert await first_offset(node, team) == 1
+
+
+async def test_two_authorization_headers_are_refused(node: Gateway) -> None:
+    """Tenant A's token then tenant B's (or junk then a valid one): 400, never one of
+    them picked; nothing is appended."""
+    team = ev.team_id()
+    mine, other = token(), token(tenant="someone-else")
+    body = item_body()
+    for pair in ([mine, other], ["junk", mine], [mine, mine]):
+        client = await connect(node)
+        async with client.stream:
+            await client.send(
+                request(
+                    "POST",
+                    f"/v1/teams/{team}/events",
+                    *(f"Authorization: Bearer {t}" for t in pair),
+                    "Content-Type: application/json",
+                    f"Content-Length: {len(body)}",
+                    body=body,
+                )
+            )
+            assert_error(await client.response(), 400, "invalid_request")
+            await client.closed()
+    assert await first_offset(node, team) == 1

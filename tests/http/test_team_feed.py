@@ -15,6 +15,7 @@ from httpx_sse import ServerSentEvent, aconnect_sse
 from httpx_sse._decoders import SSEDecoder
 
 from gateway.app import Gateway
+from gateway.auth import TWO_TOKENS
 from tests.support import events as ev
 from tests.support.node import auth, metric, start_node
 
@@ -308,6 +309,20 @@ async def test_errors_401_404(client: httpx.AsyncClient) -> None:
 
     got = await collect(client, team, 1, headers={}, params={"access_token": token()})
     assert len(got) == 1
+    # ... the same token beside the header too; never two different tokens.
+    same = token()
+    headers = {"Authorization": f"Bearer {same}"}
+    got = await collect(client, team, 1, headers=headers, params={"access_token": same})
+    assert len(got) == 1
+    for header, params in (
+        (same, {"access_token": token("globex")}),
+        (same, {"access_token": "not-a-jwt"}),
+        (None, [("access_token", same), ("access_token", token("globex"))]),
+    ):
+        headers = {} if header is None else {"Authorization": f"Bearer {header}"}
+        r = await client.get(path, headers=headers, params=params)
+        assert r.status_code == 401
+        assert r.json()["error"] == {"code": "unauthenticated", "message": TWO_TOKENS}
 
 
 async def test_host_team_is_not_found(client: httpx.AsyncClient) -> None:

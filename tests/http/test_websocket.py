@@ -32,7 +32,8 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.protocol import State
 
 from gateway.app import Gateway, build_backend
-from gateway.auth import mint
+from gateway.auth import TWO_TOKENS, mint
+from gateway.feed import FeedKey, FeedKind
 from tests.support import events as ev
 from tests.support.node import SECRET, auth, metric, open_ws, start_node, token
 from tests.support.node import settings as node_settings
@@ -314,6 +315,278 @@ async def test_origin_allow_list() -> None:
                     pass
             assert info.value.response.status_code == 403
             assert json.loads(info.value.response.body)["error"]["code"] == "forbidden"
+
+
+ONE_CREDENTIAL = {
+    # (Authorization token, bearer subprotocol tokens, accepted)
+    "header and the same subprotocol": ("acme", ["acme"], True),
+    "the same subprotocol twice": (None, ["acme", "acme"], True),
+    "header and a subprotocol of another tenant": ("acme", ["globex"], False),
+    "header and an invalid subprotocol": ("acme", ["not-a-jwt"], False),
+    "two subprotocols of two tenants": (None, ["acme", "globex"], False),
+    "an invalid subprotocol before a valid one": (None, ["not-a-jwt", "acme"], False),
+}
+
+
+@pytest.mark.parametrize("case", list(ONE_CREDENTIAL))
+@pytest.mark.parametrize("reverse", [False, True], ids=["in-order", "reversed"])
+async def test_one_credential_per_handshake(
+    mem_node: Gateway, mem_http: httpx.AsyncClient, case: str, reverse: bool
+) -> None:
+    """A real client offers the header and bearer subprotocols: one token (in as many
+    places as it likes) upgrades as its tenant; two different ones are 401 whatever
+    their order, and the gateway never picks one of them."""
+    header, tenants, accepted = ONE_CREDENTIAL[case]
+    tokens = {t: token(t) for t in ("acme", "globex")}
+    headers = {} if header is None else bearer(tokens[header])
+    protocols = [SUBPROTOCOL, *(f"bearer.{tokens.get(t, t)}" for t in tenants)]
+    if reverse:
+        protocols.reverse()
+    if accepted:
+        team = ev.team_id()
+        pub = await publish(mem_http, team)  # acme's
+        async with open_ws(mem_node, headers=headers, subprotocols=protocols) as ws:
+            assert ws.subprotocol == SUBPROTOCOL
+            await subscribe(ws, f"team/{team}")
+            assert await recv_n(ws, 2) == [
+                subscribed(f"team/{team}", pub.cursors[0]),
+                *events_of(f"team/{team}", pub),
+            ]
+        return
+    with anyio.fail_after(5), pytest.raises(InvalidStatus) as info:
+        async with open_ws(mem_node, headers=headers, subprotocols=protocols):
+            pass
+    response = info.value.response
+    assert response.status_code == 401
+    assert json.loads(response.body) == {
+        "error": {"code": "unauthenticated", "message": TWO_TOKENS}
+    }
+    assert ws_metric(mem_node, "gateway_connections") == 0
+
+
+def handshake_lines(node: Gateway) -> list[tuple[str, str]]:
+    """The fields of a valid gateway.v1 upgrade request, in order."""
+    return [
+        ("Host", f"{node.settings.host}:{node.port}"),
+        ("Upgrade", "websocket"),
+        ("Connection", "Upgrade"),
+        ("Sec-WebSocket-Key", base64.b64encode(os.urandom(16)).decode()),
+        ("Sec-WebSocket-Version", "13"),
+        ("Sec-WebSocket-Protocol", SUBPROTOCOL),
+        ("Authorization", f"Bearer {token()}"),
+    ]
+
+
+def replaced(name: str, value: str | None) -> Callable[[list[tuple[str, str]]], None]:
+    """Replace (or with None drop) field ``name``."""
+
+    def change(fields: list[tuple[str, str]]) -> None:
+        index = next(i for i, (n, _) in enumerate(fields) if n == name)
+        if value is None:
+            del fields[index]
+        else:
+            fields[index] = (name, value)
+
+    return change
+
+
+def added(name: str, value: str) -> Callable[[list[tuple[str, str]]], None]:
+    """Add a line (a second one, for a field the request has)."""
+    return lambda fields: fields.append((name, value))
+
+
+#: Every way the upgrade route refuses: (node settings, the change to a valid
+#: request, the request line, the status and code answered).
+REFUSALS: dict[
+    str, tuple[dict[str, Any], Callable[[list[tuple[str, str]]], None], str, int, str]
+] = {
+    "no upgrade option": ({}, replaced("Connection", "keep-alive"), "GET", 400, "invalid_request"),
+    "short key": ({}, replaced("Sec-WebSocket-Key", "c2hvcnQ="), "GET", 400, "invalid_request"),
+    "version 8": ({}, replaced("Sec-WebSocket-Version", "8"), "GET", 400, "invalid_request"),
+    "gateway.v1 not offered": (
+        {},
+        replaced("Sec-WebSocket-Protocol", "chat"),
+        "GET",
+        400,
+        "invalid_request",
+    ),
+    "HTTP/1.0": ({}, lambda fields: None, "GET/1.0", 400, "invalid_request"),
+    "key twice": (
+        {},
+        added("Sec-WebSocket-Key", base64.b64encode(os.urandom(16)).decode()),
+        "GET",
+        400,
+        "invalid_request",
+    ),
+    "version twice": ({}, added("Sec-WebSocket-Version", "13"), "GET", 400, "invalid_request"),
+    "origin twice": (
+        {},
+        lambda f: f.extend([("Origin", "https://app.example")] * 2),
+        "GET",
+        400,
+        "invalid_request",
+    ),
+    "authorization twice": (
+        {},
+        added("Authorization", f"Bearer {token()}"),
+        "GET",
+        400,
+        "invalid_request",
+    ),
+    "no token": ({}, replaced("Authorization", None), "GET", 401, "unauthenticated"),
+    "invalid token": (
+        {},
+        replaced("Authorization", "Bearer not-a-jwt"),
+        "GET",
+        401,
+        "unauthenticated",
+    ),
+    "two credentials": (
+        {},
+        replaced("Sec-WebSocket-Protocol", f"{SUBPROTOCOL}, bearer.{token('globex')}"),
+        "GET",
+        401,
+        "unauthenticated",
+    ),
+    "no subscribe scope": (
+        {},
+        replaced("Authorization", f"Bearer {token(scopes=['publish'])}"),
+        "GET",
+        401,
+        "unauthenticated",
+    ),
+    "origin not allowed": (
+        {"ws_origins": "https://app.example"},
+        added("Origin", "https://evil.example"),
+        "GET",
+        403,
+        "forbidden",
+    ),
+    "tenant connection limit": (
+        {"max_tenant_connections": 1},
+        lambda fields: None,
+        "GET",
+        429,
+        "rate_limited",
+    ),
+    "draining": ({}, lambda fields: None, "GET", 503, "unavailable"),
+    "POST": ({}, lambda fields: None, "POST", 405, "method_not_allowed"),
+}
+
+
+def publish_request(node: Gateway, team: str) -> bytes:
+    """A valid publish of one item to acme's team ``team``, written by hand."""
+    body = json.dumps([ev.item()]).encode()
+    return (
+        f"POST /v1/teams/{team}/events HTTP/1.1\r\n"
+        f"Host: {node.settings.host}:{node.port}\r\n"
+        f"Authorization: Bearer {token()}\r\n"
+        "Content-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+
+
+async def exchange_until_closed(stream: anyio.abc.SocketStream, data: bytes) -> bytes:
+    """Send ``data``, then read everything the server sends until it closes."""
+    await stream.send(data)
+    received = b""
+    with anyio.fail_after(5):
+        try:
+            while True:
+                received += await stream.receive()
+        except (anyio.EndOfStream, anyio.BrokenResourceError):
+            return received
+
+
+def split_response(data: bytes) -> tuple[int, dict[str, str], bytes, bytes]:
+    """The first response in ``data`` (status, headers, body) and what follows it."""
+    head, _, rest = data.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, _, v in (x.partition(":") for x in lines)}
+    length = int(headers.get("content-length", "0"))
+    return int(status_line.split(" ")[1]), headers, rest[:length], rest[length:]
+
+
+async def feed_state(node: Gateway, team: str) -> object:
+    """The state of acme's team feed ``team`` in the node's store (None: never written)."""
+    return await node.services.feeds.state(FeedKey("acme", FeedKind.TEAM, team))
+
+
+@pytest.mark.parametrize("case", list(REFUSALS))
+async def test_a_refused_upgrade_closes_and_runs_nothing_behind_it(case: str) -> None:
+    """Every refusal of the upgrade route is one typed error answer, then the end of the
+    connection: a publish pipelined behind the refused upgrade (which a proxy may have
+    sent as tunnelled bytes) is never run."""
+    settings, change, method, status, code = REFUSALS[case]
+    async with start_node(**settings) as node:
+        fields = handshake_lines(node)
+        change(fields)
+        verb, _, version = method.partition("/")
+        line = f"{verb} /v1/ws HTTP/{version or '1.1'}\r\n"
+        upgrade = line + "".join(f"{n}: {v}\r\n" for n, v in fields) + "\r\n"
+        team = ev.team_id()
+        async with contextlib.AsyncExitStack() as stack:
+            if case == "tenant connection limit":
+                await stack.enter_async_context(open_ws(node))  # acme's one connection
+            stream = await stack.enter_async_context(
+                await anyio.connect_tcp(node.settings.host, node.port)
+            )
+            if case == "draining":
+                with anyio.fail_after(5):
+                    await node.drain(0.01)
+            received = await exchange_until_closed(
+                stream, upgrade.encode() + publish_request(node, team)
+            )
+        got, headers, body, after = split_response(received)
+        assert got == status, received
+        assert headers["connection"] == "close"
+        assert "upgrade" not in headers
+        error = json.loads(body)["error"]
+        assert sorted(error) == ["code", "message"] and error["code"] == code
+        assert after == b"", "a second response: the pipelined publish was run"
+        assert await feed_state(node, team) is None
+        # Nothing upgraded but the one socket the limit case holds.
+        connects = 1 if case == "tenant connection limit" else 0
+        assert ws_metric(node, "gateway_connects_total") == connects
+
+
+async def test_a_request_pipelined_behind_an_answered_one_runs() -> None:
+    """The control of the test above: behind a request that is not an upgrade the same
+    pipelined publish is run, and its answer and its item are seen."""
+    async with start_node() as node:
+        team = ev.team_id()
+        health = f"GET /healthz HTTP/1.1\r\nHost: {node.settings.host}\r\n\r\n".encode()
+        close = b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        async with await anyio.connect_tcp(node.settings.host, node.port) as stream:
+            received = await exchange_until_closed(
+                stream, health + publish_request(node, team) + close
+            )
+        first, _, _, rest = split_response(received)
+        second, _, body, _ = split_response(rest)
+        assert (first, second) == (200, 200), received
+        assert json.loads(body)["cursors"]
+        assert await feed_state(node, team) is not None
+
+
+async def test_bytes_pipelined_behind_an_upgrade_are_the_new_protocols(
+    mem_node: Gateway,
+) -> None:
+    """After a 101 the bytes that follow are WebSocket frames, never an HTTP request:
+    a publish sent there is a protocol error that ends the socket, and nothing is
+    appended."""
+    team = ev.team_id()
+    fields = handshake_lines(mem_node)
+    upgrade = "GET /v1/ws HTTP/1.1\r\n" + "".join(f"{n}: {v}\r\n" for n, v in fields)
+    async with await anyio.connect_tcp(mem_node.settings.host, mem_node.port) as stream:
+        received = await exchange_until_closed(
+            stream, (upgrade + "\r\n").encode() + publish_request(mem_node, team)
+        )
+    assert received.startswith(b"HTTP/1.1 101 Switching Protocols\r\n"), received
+    frames = received.partition(b"\r\n\r\n")[2]
+    assert frames[:1] == b"\x88"  # a close frame (1002: protocol error), nothing else
+    assert int.from_bytes(frames[2:4], "big") == 1002
+    assert b"HTTP/1.1" not in frames
+    assert await feed_state(mem_node, team) is None
 
 
 # ---------------------------------------------------------------------------
