@@ -561,7 +561,9 @@ async def upgrade(
                 services.connections.discard(session)
                 metrics.connections.labels(TRANSPORT).dec()
                 code = session.final_code()
-                reason = _reason(code)
+                # A node stopping without a drain closes its sockets itself: its end,
+                # not the client's.
+                reason = "shutdown" if code is None and stream.server_stopping else _reason(code)
                 metrics.disconnects.labels(TRANSPORT, reason).inc()
                 log.info("connection closed", reason=reason, code=code)
 
