@@ -35,7 +35,7 @@ from gateway.publisher import Publisher
 from gateway.readiness import Readiness
 from gateway.store.base import Backend
 from gateway.store.memory import MemoryStore, memory_backend
-from gateway.store.redis import redis_backend
+from gateway.store.redis import from_settings, redis_backend
 
 log = structlog.get_logger("gateway")
 
@@ -123,7 +123,7 @@ def build_backend(settings: Settings, metrics: Metrics | None = None) -> Backend
     """The backend the settings name: Redis when a URL is set, else the embedded one."""
     if settings.redis_url:
         return redis_backend(
-            settings.redis_url,
+            from_settings(settings),
             prefix=settings.redis_prefix,
             node_id=settings.node_id,
             max_connections=settings.redis_max_connections,

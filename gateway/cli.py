@@ -38,6 +38,9 @@ def _serve(argv: Sequence[str], *, dev: bool = False) -> int:
     dev = dev or ns.dev
     try:
         settings = config.load(vars(ns))
+        from gateway.store import redis as redis_store
+
+        redis_store.check(settings)  # the Redis URL and its files, before anything runs
         if dev:
             from gateway import devmode
 

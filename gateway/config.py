@@ -38,6 +38,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     redis_replica_timeout_ms: int = 500
     #: How long a lost feed that a node recreated empty lives without new items.
     redis_tombstone_seconds: float = 86_400.0
+    #: The Sentinels' own ACL user and password (a Sentinel URL's are the master's).
+    redis_sentinel_username: str | None = None
+    redis_sentinel_password: str | None = None
+    #: Connect to the Sentinels with TLS too (the URL's ssl_* parameters).
+    redis_sentinel_tls: bool = False
     jwt_secret: str | None = None
     #: PEM file with an RSA (RS256) or P-256 EC (ES256) public key; reloaded on change.
     jwt_public_key_file: str | None = None
@@ -118,9 +123,20 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
 SETTINGS_HELP: dict[str, str] = {
     "host": "Address to listen on.",
     "port": "TCP port for HTTP, SSE and WebSocket.",
-    "redis_url": "Redis URL: redis://, rediss:// or unix:// for one server; "
-    "redis+sentinel://[user:pass@]host:port[,host:port...]/<master>[/<db>] (or "
-    "rediss+sentinel:// for TLS to the master) to follow the master Sentinel names. Unset: "
+    "redis_url": "Redis URL: redis://[[user]:password@]host[:port][/db] for one server "
+    "(rediss:// with TLS); unix://[[user]:password@]/path/to/socket[?db=N]; "
+    "redis+sentinel://[[user]:password@]host:port[,host:port...]/<master>[/db] (rediss+"
+    "sentinel:// for TLS to the master) to follow the master the Sentinels name, the URL's "
+    "credentials being the master's; with GATEWAY_REDIS_CLUSTER, redis[s]://host:port"
+    "[,host:port...] seed nodes. Query parameters, as in redis-py (any other is refused at "
+    "start-up): db=N (instead of /N); ssl_ca_certs=<PEM file of CAs that verify the "
+    "server>; ssl_certfile=<client certificate PEM> and ssl_keyfile=<its key PEM>; "
+    "ssl_cert_reqs=required|optional|none (verification of the server, default required); "
+    "ssl_check_hostname=true|false (the certificate names the host, default true, off with "
+    "ssl_cert_reqs=none); socket_connect_timeout=<seconds to open a connection, default "
+    "GATEWAY_REDIS_TIMEOUT_SECONDS up to 5>; client_name=<name> (CLIENT SETNAME of every "
+    "connection, default gateway:<node id>). Every connection (pool, append lane, pub/sub "
+    "listeners, Sentinels) uses them (docs/storage.md, Connecting to Redis). Unset: "
     "embedded in-memory log, nothing durable.",
     "redis_prefix": "Prefix of every Redis key the gateway owns.",
     "redis_max_connections": "Most Redis connections one node opens; callers wait for one.",
@@ -142,6 +158,12 @@ SETTINGS_HELP: dict[str, str] = {
     "redis_tombstone_seconds": "How long a feed whose data was lost, recreated empty in a "
     "new epoch by a node that remembers it (so old cursors get epoch_restarted, not 404), "
     "lives without new items; also how long a deleted run stays marked as deleted.",
+    "redis_sentinel_username": "ACL user the gateway authenticates as to the Sentinels "
+    "(needs GATEWAY_REDIS_SENTINEL_PASSWORD); only with a Sentinel URL.",
+    "redis_sentinel_password": "Password the gateway authenticates with to the Sentinels (as "
+    "the default user, or as GATEWAY_REDIS_SENTINEL_USERNAME); only with a Sentinel URL.",
+    "redis_sentinel_tls": "Connect to the Sentinels with TLS too, verified as the URL's "
+    "ssl_* parameters say (true/false); only with a Sentinel URL.",
     "jwt_secret": "HS256 secret for bearer tokens. With no secret, public key or JWKS "
     "configured, every /v1 route answers 401.",
     "jwt_public_key_file": "PEM file with an RSA (RS256) or P-256 EC (ES256) public key for "
@@ -220,7 +242,7 @@ def _field_types() -> dict[str, Any]:
 
 
 #: Secrets are read from the environment only: a flag would show them in ``ps``.
-ENV_ONLY = frozenset({"jwt_secret"})
+ENV_ONLY = frozenset({"jwt_secret", "redis_sentinel_password"})
 
 
 def env_only_help() -> str:

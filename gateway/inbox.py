@@ -28,6 +28,7 @@ import structlog
 
 from gateway.errors import GatewayError, InvalidRequest, TooLarge, Unavailable
 from gateway.metrics import Metrics
+from gateway.outage import Outage
 from gateway.publisher import Publisher, Via
 from gateway.store.base import InboxMessage, InboxQueue
 
@@ -116,6 +117,8 @@ class Inbox:
         self._batch = batch
         #: Monotonic time of the last completed read (for readiness).
         self.last_progress = 0.0
+        #: The loop's failures, logged once each (and its recovery).
+        self._outage = Outage(log, "inbox read failed", inbox=queue.name)
 
     @property
     def name(self) -> str:
@@ -154,12 +157,11 @@ class Inbox:
                             await self._process(message)
                     await self._step(pending=False)
                 backoff = 0.1
+                self._outage.recovered()
                 self.last_progress = time.monotonic()
             except Unavailable as exc:
                 self._metrics.redis_errors.inc()
-                log.warning(
-                    "inbox read failed", inbox=self.name, error=exc.message, retry_in=backoff
-                )
+                self._outage.failed(exc.message, retry_in=backoff)
                 await anyio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
                 own_pending = True

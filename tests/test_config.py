@@ -195,7 +195,7 @@ def test_jwt_key_settings(tmp_path: Path) -> None:
         None,
     )
     # Secrets stay environment-only; file paths and the rest have flags.
-    assert sorted(config.ENV_ONLY) == ["jwt_secret"]
+    assert sorted(config.ENV_ONLY) == ["jwt_secret", "redis_sentinel_password"]
     s = parse_serve_args(["--jwt-public-key-file", str(pem), "--jwt-leeway-seconds", "0"], {})
     assert s.jwt_public_key_file == str(pem) and s.jwt_leeway_seconds == 0
 

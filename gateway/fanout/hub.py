@@ -27,6 +27,7 @@ from gateway.fanout.outbox import NodeBudget
 from gateway.fanout.subscription import Chunk, Subscription, SubState, end_index
 from gateway.feed import FeedKey, FeedKind, FeedState, StoredItem
 from gateway.metrics import Metrics, Sent
+from gateway.outage import Outage
 from gateway.resume import Replay, Restart, plan, restart_cursor
 from gateway.store.base import Batch, FeedStore, Joined, LiveFeed, Positions
 from gateway.wire.format import Encoder, Format
@@ -157,6 +158,9 @@ class Hub:
         self._pages: SingleFlight[list[StoredItem]] = SingleFlight()
         #: Monotonic time of the reader's last completed read (for readiness).
         self.last_progress = 0.0
+        #: The reader's failures, logged once each (and its recovery).
+        self._outage = Outage(log, "feed read failed")
+        self._failing = False
         # The series every delivered batch updates, looked up once: ``Metrics`` is
         # interpreted, and finding them in it cost each batch more than updating them.
         self._items_read = metrics.items_read.series()
@@ -439,7 +443,8 @@ class Hub:
                 )
             except Unavailable as exc:
                 self.metrics.redis_errors.inc()
-                log.warning("feed read failed", error=exc.message, retry_in=backoff)
+                self._failing = True
+                self._outage.failed(exc.message, retry_in=backoff)
             except Exception:
                 # A bug must not stop the node's only reader: log it, back off, go on.
                 self.metrics.redis_errors.inc()
@@ -451,6 +456,9 @@ class Hub:
                 backoff = min(backoff * 2, 2.0)
                 continue
             backoff = 0.05
+            if self._failing:
+                self._failing = False
+                self._outage.recovered()
             self.last_progress = time.monotonic()
             linger = self._linger_after(*self._dispatch_all(batches))
             if linger:

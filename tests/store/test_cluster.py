@@ -27,8 +27,9 @@ from gateway.errors import IdempotencyKeyReused, Unavailable
 from gateway.feed import Cursor, NewItem, run_feed, team_feed
 from gateway.producer import Producer
 from gateway.store.redis import redis_backend
-from gateway.store.redis.connection import split_seeds, translate
+from gateway.store.redis.connection import translate
 from gateway.store.redis.inbox import inbox_key
+from gateway.store.redis.settings import parse
 from tests.support import events as ev
 from tests.support.node import auth, open_ws, start_node
 from tests.support.redis_cluster import RedisCluster
@@ -281,24 +282,29 @@ async def test_appends_land_while_the_feeds_slot_is_half_migrated(
 
 
 @pytest.mark.parametrize(
-    ("url", "first", "more"),
+    ("url", "hosts", "user", "password"),
     [
-        ("redis://h:1", "redis://h:1", []),
+        ("redis://h:1", [("h", 1)], None, None),
         (
-            "rediss://u:p%40w@a:1,b:2,[::1]:3/0?x=1",
-            "rediss://u:p%40w@a:1/0?x=1",
-            [("b", 2), ("::1", 3)],
+            "rediss://u:p%40w@a:1,b:2,[::1]:3/0?client_name=x",
+            [("a", 1), ("b", 2), ("::1", 3)],
+            "u",
+            "p@w",
         ),
     ],
 )
-def test_seed_urls_name_one_node_or_several(url: str, first: str, more: list[object]) -> None:
-    assert split_seeds(url) == (first, more)
+def test_seed_urls_name_one_node_or_several(
+    url: str, hosts: list[tuple[str, int]], user: str | None, password: str | None
+) -> None:
+    settings = parse(url, cluster=True)
+    assert list(settings.hosts) == hosts
+    assert (settings.credentials.username, settings.credentials.password) == (user, password)
 
 
 @pytest.mark.parametrize("url", ["unix:///tmp/r.sock", "redis://a:1,b", "redis://a:x"])
 def test_seed_urls_that_name_no_node_are_refused(url: str) -> None:
     with pytest.raises(ValueError):
-        split_seeds(url)
+        parse(url, cluster=True)
 
 
 async def test_any_seed_that_answers_will_do(cluster: RedisCluster, prefix: str) -> None:

@@ -8,7 +8,7 @@ import pytest
 import redis.asyncio as aioredis
 from httpx_sse import aconnect_sse
 
-from gateway.store.redis.connection import ListenerAddress
+from gateway.store.redis.connection import ListenerAddress, RedisConnection
 from gateway.store.redis.faults import ListenerLost
 from gateway.store.redis.listener import connect
 from tests.support import events as ev
@@ -48,10 +48,10 @@ async def test_live_items_reach_followers_through_an_authenticated_listener(user
                             if len(got) == 2:
                                 break
                 assert got[1] == r.json()["cursors"][0]
-            with pytest.raises(ListenerLost, match="AUTH"):
-                await connect(
-                    ListenerAddress("127.0.0.1", server.port, None, False, user or None, "wrong")
-                )
+            wrong = RedisConnection(f"redis://{user}:wrong@127.0.0.1:{server.port}/0")
+            with pytest.raises(ListenerLost, match="handshake: WRONGPASS"):
+                await connect(ListenerAddress("127.0.0.1", server.port), wrong.dial)
+            await wrong.aclose()
         finally:
             # Let the fixture's own shutdown (no password) work again.
             authed = aioredis.Redis(port=server.port, username=user or None, password="pw")

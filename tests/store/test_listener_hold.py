@@ -47,7 +47,7 @@ async def subscribed(
     redis_url: str, redis_prefix: str, *, lowat: bool
 ) -> AsyncIterator[tuple[Listener, aioredis.Redis, bytes, int]]:
     port = int(redis_url.rsplit(":", 1)[1].split("/")[0])
-    listener = await connect(ListenerAddress("127.0.0.1", port, None, False, None, None))
+    listener = await connect(ListenerAddress("127.0.0.1", port))
     if not lowat:
         listener._lowat = None  # as where the mark cannot hold: the transport pauses
     client = aioredis.Redis.from_url(redis_url)

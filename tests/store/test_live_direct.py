@@ -407,7 +407,7 @@ async def test_a_hand_over_that_fails_leaves_the_messages_to_the_reader(
     redis_url: str, redis_prefix: str
 ) -> None:
     port = int(redis_url.rsplit(":", 1)[1].split("/")[0])
-    address = ListenerAddress("127.0.0.1", port, None, False, None, None)
+    address = ListenerAddress("127.0.0.1", port)
     waker = Waker()
     listener = await connect(address, waker=waker)
     client = aioredis.Redis.from_url(redis_url)

@@ -24,6 +24,12 @@ recipe :func:`promote_lagging_replica` follows, with why each step is needed:
    most ten ``down-after`` periods, so step 3 must be short: it is bounded);
 5. wait until every Sentinel names the replica as the master.
 
+**Passwords**: ``ReplicatedSet(password=...)`` makes every server of the set require it
+(``requirepass``, and ``masterauth`` on the replicas); ``SentinelGroup(username=...,
+password=...)`` makes the Sentinels require their own (an ACL user with ``username``,
+else the default user's), which they also use among themselves, and gives them the
+set's password for the master (``sentinel auth-pass``).
+
 Every wait is bounded; leaving the ``async with`` stops every process it started.
 """
 
@@ -60,7 +66,13 @@ def sentinel_url(ports: Sequence[int], master: str = MASTER_NAME, host: str = "1
     return "redis+sentinel://" + ",".join(f"{host}:{p}" for p in ports) + f"/{master}"
 
 
-def client(port: int, timeout: float = 1.0) -> redis.Redis:
+def client(
+    port: int,
+    timeout: float = 1.0,
+    *,
+    username: str | None = None,
+    password: str | None = None,
+) -> redis.Redis:
     """A fail-fast client of one process on 127.0.0.1 (no retries)."""
     return redis.Redis(
         host="127.0.0.1",
@@ -69,17 +81,19 @@ def client(port: int, timeout: float = 1.0) -> redis.Redis:
         socket_connect_timeout=timeout,
         retry=Retry(NoBackoff(), 0),
         decode_responses=True,
+        username=username,
+        password=password,
     )
 
 
-def _ask(port: int, *command: Any) -> Any:
-    with client(port) as c:
+def _ask(port: int, *command: Any, username: str | None = None, password: str | None = None) -> Any:
+    with client(port, username=username, password=password) as c:
         return c.execute_command(*command)
 
 
-def replication(port: int) -> dict[str, Any]:
+def replication(port: int, password: str | None = None) -> dict[str, Any]:
     """``INFO replication`` of one server."""
-    with client(port) as c:
+    with client(port, password=password) as c:
         return dict(c.info("replication"))
 
 
@@ -101,8 +115,16 @@ async def _poll(what: str, check: Callable[[], bool], within: float) -> None:
 class ReplicatedSet:
     """A master and ``replicas`` replicas, each replicating through its own proxy."""
 
-    def __init__(self, replicas: int = 1, *, priorities: Sequence[int] | None = None) -> None:
-        self.master = RedisServer()
+    def __init__(
+        self,
+        replicas: int = 1,
+        *,
+        priorities: Sequence[int] | None = None,
+        password: str | None = None,
+    ) -> None:
+        #: The password of every server of the set (None: none).
+        self.password = password
+        self.master = RedisServer(password=password)
         self.priorities = list(priorities) if priorities is not None else [100] * replicas
         if len(self.priorities) != replicas:
             raise ValueError("one priority per replica")
@@ -116,14 +138,17 @@ class ReplicatedSet:
                 proxy = TcpProxy(self.master.port)
                 await proxy.__aenter__()
                 self.proxies.append(proxy)
+                auth = [] if self.password is None else ["--masterauth", self.password]
                 replica = RedisServer(
+                    password=self.password,
                     extra_args=[
                         "--replicaof",
                         "127.0.0.1",
                         str(proxy.port),
                         "--replica-priority",
                         str(priority),
-                    ]
+                        *auth,
+                    ],
                 )
                 self.replicas.append(replica)
                 await anyio.to_thread.run_sync(replica.start)
@@ -157,7 +182,7 @@ class ReplicatedSet:
         for server in self.servers:
             if server.running:
                 with contextlib.suppress(redis.RedisError, OSError):
-                    info = replication(server.port)
+                    info = replication(server.port, self.password)
                     out[server.port] = int(info.get("master_repl_offset", 0))
         return out
 
@@ -165,9 +190,9 @@ class ReplicatedSet:
         """Until every replica's link is up and its offset equals the master's."""
 
         def synced() -> bool:
-            master = replication(self.master.port)
+            master = replication(self.master.port, self.password)
             for replica in self.replicas:
-                info = replication(replica.port)
+                info = replication(replica.port, self.password)
                 if info.get("master_link_status") != "up":
                     return False
                 if int(info["master_repl_offset"]) != int(master["master_repl_offset"]):
@@ -181,7 +206,7 @@ class ReplicatedSet:
         await self.proxies[self.replicas.index(replica)].partition()
 
         def link_down() -> bool:
-            info = replication(replica.port)
+            info = replication(replica.port, self.password)
             return bool(info.get("master_link_status") == "down")
 
         await _poll("replication link down", link_down, SETTLE_TIMEOUT)
@@ -193,8 +218,31 @@ class ReplicatedSet:
 class Sentinel:
     """One ``redis-server --sentinel`` process with a configuration file of its own."""
 
-    def __init__(self, master: RedisServer, *, name: str, quorum: int, down_after_ms: int) -> None:
+    def __init__(
+        self,
+        master: RedisServer,
+        *,
+        name: str,
+        quorum: int,
+        down_after_ms: int,
+        username: str | None = None,
+        password: str | None = None,
+    ) -> None:
         self.port = free_port()
+        self.username = username
+        self.password = password
+        auth: list[str] = []
+        if master.password is not None:
+            auth.append(f"sentinel auth-pass {name} {master.password}")
+        if password is not None and username is not None:
+            auth += [
+                f"user {username} on >{password} ~* &* +@all",
+                "user default off",
+                f"sentinel sentinel-user {username}",
+                f"sentinel sentinel-pass {password}",
+            ]
+        elif password is not None:
+            auth += [f"requirepass {password}", f"sentinel sentinel-pass {password}"]
         self.dir = Path(tempfile.mkdtemp(prefix="gwtest-sentinel-"))
         self.config = self.dir / "sentinel.conf"
         self.log = self.dir / "sentinel.log"
@@ -211,6 +259,7 @@ class Sentinel:
                     f"sentinel down-after-milliseconds {name} {down_after_ms}",
                     f"sentinel failover-timeout {name} {FAILOVER_TIMEOUT_MS}",
                     f"sentinel parallel-syncs {name} 1",
+                    *auth,
                 ]
             )
             + "\n"
@@ -232,7 +281,7 @@ class Sentinel:
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def ask(self, *command: Any) -> Any:
-        return _ask(self.port, *command)
+        return _ask(self.port, *command, username=self.username, password=self.password)
 
     def log_tail(self, lines: int = 20) -> str:
         if not self.log.exists():
@@ -252,11 +301,20 @@ class SentinelGroup:
         quorum: int = 2,
         name: str = MASTER_NAME,
         down_after_ms: int = DOWN_AFTER_MS,
+        username: str | None = None,
+        password: str | None = None,
     ) -> None:
         self.rset = rset
         self.name = name
         self.sentinels = [
-            Sentinel(rset.master, name=name, quorum=quorum, down_after_ms=down_after_ms)
+            Sentinel(
+                rset.master,
+                name=name,
+                quorum=quorum,
+                down_after_ms=down_after_ms,
+                username=username,
+                password=password,
+            )
             for _ in range(n)
         ]
 
@@ -318,7 +376,7 @@ class SentinelGroup:
         """Until every Sentinel names ``port`` and that server says it is a master."""
 
         def promoted() -> bool:
-            role = replication(port).get("role")
+            role = replication(port, self.rset.password).get("role")
             return self.master_port() == {port} and role == "master"
 
         await _poll(f"Sentinels naming {port} as master", promoted, within)

@@ -6,6 +6,14 @@ directory.  Everything is passed on the command line; no config file is written.
 
     with RedisServer() as r:
         client = redis.Redis.from_url(r.url)
+
+Options for connection tests: ``tls`` (the server's certificate, key and the CA that
+verifies clients; the port then speaks TLS only, ``auth_clients`` says whether clients
+need a certificate), ``unix_socket`` (a socket in the server's directory, :attr:`socket`),
+``password`` (``requirepass``: the default user's), ``harness_user`` (for a test that
+changes the default user).  With any of them the harness
+reaches the server over an admin unix socket as an ACL user of its own (:meth:`admin`),
+so that neither TLS nor the default user's password stands in its way.
 """
 
 from __future__ import annotations
@@ -19,11 +27,15 @@ import socket
 import subprocess
 import tempfile
 import time
+import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 REDIS_SERVER_BINARY = "redis-server"
 START_TIMEOUT = 10.0  # seconds until PING must answer
@@ -75,6 +87,19 @@ def _command(port: int, line: bytes, timeout: float) -> bytes:
                 return body[: int(head[1:])]
 
 
+@dataclass(frozen=True)
+class ServerTLS:
+    """A TLS server's certificate and key, and the CA that verifies client certificates."""
+
+    cert: Path
+    key: Path
+    ca: Path
+
+
+#: The harness's own ACL user on servers with the options above.
+ADMIN_USER = "gwtest-admin"
+
+
 class RedisServer:
     """One ``redis-server`` process of our own.  See the module docstring."""
 
@@ -87,8 +112,21 @@ class RedisServer:
         dir: Path | None = None,
         binary: str = REDIS_SERVER_BINARY,
         extra_args: Sequence[str] = (),
+        tls: ServerTLS | None = None,
+        auth_clients: bool = False,
+        unix_socket: bool = False,
+        password: str | None = None,
+        harness_user: bool = False,
     ) -> None:
         self.persistence = persistence
+        self.tls = tls
+        self.auth_clients = auth_clients
+        self.unix_socket = unix_socket
+        self.password = password
+        #: The harness's way in past TLS and passwords (see the module docstring).
+        self._admin_password = (
+            uuid.uuid4().hex if tls is not None or unix_socket or password or harness_user else None
+        )
         #: More ``redis-server`` options, appended to the command line (``--name value``).
         self.extra_args = list(extra_args)
         self.replica_of = replica_of
@@ -106,7 +144,27 @@ class RedisServer:
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self._port}/0"
+        """``redis://127.0.0.1:<port>/0`` (``rediss://`` with TLS; no credentials)."""
+        scheme = "rediss" if self.tls is not None else "redis"
+        return f"{scheme}://127.0.0.1:{self._port}/0"
+
+    @property
+    def socket(self) -> Path:
+        """The unix socket (with ``unix_socket``, TLS or a password)."""
+        return self._dir / "redis.sock"
+
+    def admin(self, db: int = 0) -> redis.Redis:
+        """A client of the harness's own (see the module docstring), or a plain one."""
+        if self._admin_password is None:
+            return redis.Redis(port=self._port, db=db, socket_timeout=5.0)
+        return redis.Redis(
+            unix_socket_path=str(self.socket),
+            username=ADMIN_USER,
+            password=self._admin_password,
+            db=db,
+            socket_timeout=5.0,
+            retry=Retry(NoBackoff(), 0),  # SHUTDOWN's lost connection is no reason to wait
+        )
 
     @property
     def pid(self) -> int | None:
@@ -147,6 +205,20 @@ class RedisServer:
         ]  # fmt: skip
         if self.replica_of is not None:
             args += ["--replicaof", "127.0.0.1", str(self.replica_of.port)]
+        if self.tls is not None:
+            args[1:3] = ["--port", "0"]
+            args += [
+                "--tls-port", str(self._port),
+                "--tls-cert-file", str(self.tls.cert),
+                "--tls-key-file", str(self.tls.key),
+                "--tls-ca-cert-file", str(self.tls.ca),
+                "--tls-auth-clients", "yes" if self.auth_clients else "no",
+            ]  # fmt: skip
+        if self._admin_password is not None:
+            args += ["--unixsocket", str(self.socket), "--unixsocketperm", "700"]
+            args += ["--user", ADMIN_USER, "on", f">{self._admin_password}", "~*", "&*", "+@all"]
+        if self.password is not None:
+            args += ["--requirepass", self.password]
         return args + self.extra_args
 
     def start(self, timeout: float = START_TIMEOUT) -> RedisServer:
@@ -170,7 +242,7 @@ class RedisServer:
             try:
                 if self._answers_ping():
                     return self
-            except OSError:
+            except (OSError, redis.RedisError):
                 pass  # not listening yet
             if time.monotonic() >= deadline:
                 self.kill()
@@ -183,6 +255,11 @@ class RedisServer:
     def _answers_ping(self) -> bool:
         """PONG from our own process (not from some other server on the port)."""
         assert self._proc is not None
+        if self._admin_password is not None:
+            if not self.socket.exists():
+                return False
+            with self.admin() as admin:
+                return bool(admin.info("server")["process_id"] == self._proc.pid and admin.ping())
         info = _command(self._port, b"INFO server", timeout=0.5)
         if f"process_id:{self._proc.pid}\r\n".encode() not in info:
             return False
@@ -194,8 +271,12 @@ class RedisServer:
         if proc is None or proc.poll() is not None:
             return
         self.resume()  # a SIGSTOPped server cannot answer SHUTDOWN
-        with contextlib.suppress(OSError):  # the shutdown itself closes the connection
-            _command(self._port, b"SHUTDOWN NOSAVE", timeout=min(timeout, 2.0))
+        if self._admin_password is not None:
+            with contextlib.suppress(redis.RedisError, OSError), self.admin() as admin:
+                admin.shutdown(nosave=True)
+        else:
+            with contextlib.suppress(OSError):  # the shutdown itself closes the connection
+                _command(self._port, b"SHUTDOWN NOSAVE", timeout=min(timeout, 2.0))
         try:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:

@@ -15,10 +15,11 @@ from gateway.store.redis.inbox import RedisInboxQueue
 from gateway.store.redis.index import RedisFeedIndex
 from gateway.store.redis.live import RedisLive
 from gateway.store.redis.runs import RedisRuns
+from gateway.store.redis.settings import RedisSettings, check, from_settings
 
 
 def redis_backend(
-    url: str,
+    url: str | RedisSettings,
     *,
     prefix: str = "gw",
     node_id: str | None = None,
@@ -32,9 +33,10 @@ def redis_backend(
     inbox_shards: int = 1,
 ) -> Backend:
     """A backend on the Redis at ``url`` (``redis://``, ``rediss://``, ``unix://``,
-    ``redis+sentinel://``; with ``cluster`` a seed node of a Redis Cluster; see
-    :mod:`gateway.store.redis.connection`).  ``inbox_shards`` > 1 spreads each inbox over
-    that many streams (``<prefix>:inbox:{<name>:<n>}``), each on its own slot."""
+    ``redis+sentinel://``; with ``cluster`` a seed node of a Redis Cluster), or the one
+    its settings name (:func:`from_settings`; see :mod:`gateway.store.redis.settings`).
+    ``inbox_shards`` > 1 spreads each inbox over that many streams
+    (``<prefix>:inbox:{<name>:<n>}``), each on its own slot."""
     conn = RedisConnection(
         url,
         prefix=prefix,
@@ -82,5 +84,8 @@ __all__ = [
     "RedisInboxQueue",
     "RedisLive",
     "RedisRuns",
+    "RedisSettings",
+    "check",
+    "from_settings",
     "redis_backend",
 ]

@@ -6,33 +6,32 @@ becomes :class:`~gateway.errors.Unavailable`, and every call there is bounded by
 ``timeout`` seconds in all (pool wait, retries and reply): nothing above
 ``gateway.store.redis`` sees redis-py, and nothing waits out a Redis that hangs.
 
-URLs: ``redis://``, ``rediss://`` and ``unix://`` name one server (with ``cluster``, a
-seed node of a Redis Cluster: the client finds every shard and follows ``MOVED``/``ASK``
-redirects, resharding and failovers by itself); ``redis+sentinel://
-[user:password@]host:port[,host:port...]/<master>[/<db>]`` (``rediss+sentinel://`` for
-TLS to the master) names the Sentinels that know the master: every new connection asks
-them where the master is now, so after a failover the node follows the new master by
-itself.  Key layout: docs/storage.md.
+Every connection is made of the one :class:`~.settings.RedisSettings` (parsed from the
+URL once, see :mod:`.settings`): redis-py's pool or cluster client, the lane, the pub/sub
+listeners and the Sentinels alike.  ``redis://``, ``rediss://`` and ``unix://`` name one
+server (with ``cluster``, seed nodes of a Redis Cluster: the client finds every shard and
+follows ``MOVED``/``ASK`` redirects, resharding and failovers by itself);
+``redis+sentinel://`` (``rediss+sentinel://`` for TLS to the master) names the Sentinels
+that know the master: every new connection asks them where the master is now, so after a
+failover the node follows the new master by itself.  Key layout: docs/storage.md.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import ssl
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
 import anyio
 import redis.asyncio as aioredis
 import redis.asyncio.cluster as _redis_cluster
 import redis.exceptions
 from redis.asyncio.cluster import ClusterNode, RedisCluster
-from redis.asyncio.connection import Connection, SSLConnection, parse_url
+from redis.asyncio.connection import Connection, SSLConnection, UnixDomainSocketConnection
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel
 from redis.backoff import ExponentialBackoff
@@ -43,8 +42,16 @@ from gateway.feed import FeedKey, FeedState
 from gateway.loopmetrics import Bins
 from gateway.metrics import Metrics
 from gateway.store.redis.lane import Lane
+from gateway.store.redis.resp import Dial, describe, pack
+from gateway.store.redis.settings import (
+    CLUSTER,
+    SENTINEL,
+    UNIX,
+    RedisSettings,
+    client_name_of,
+    parse,
+)
 
-SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
 #: The writer identity the append step replaces with the shard master's node id.
 CLUSTER_IDENTITY = "@cluster"
 
@@ -75,99 +82,38 @@ _redis_cluster.ClusterNode = _LastReleasedFirst  # type: ignore[misc]
 
 @contextlib.contextmanager
 def translate(what: str) -> Iterator[None]:
-    """Map redis-py and socket failures to Unavailable (the boundary of the adapter)."""
+    """Map redis-py and socket failures to Unavailable (the boundary of the adapter),
+    whose message keeps the cause (:func:`describe`): a wrong password, a certificate
+    that does not verify, a name that does not resolve each say so."""
     try:
         yield
     except redis.exceptions.ResponseError as exc:
-        raise Unavailable(f"redis rejected {what}: {exc}") from exc
+        raise Unavailable(f"redis rejected {what}: {describe(exc)}") from exc
     except (redis.exceptions.RedisError, redis.exceptions.RedisClusterException, OSError) as exc:
         # RedisClusterException: no node serves the key's slot now (a cluster changing).
-        raise Unavailable(f"redis unavailable during {what}") from exc
+        raise Unavailable(f"redis unavailable during {what}: {describe(exc)}") from exc
     except RuntimeError as exc:
         # A transport closed under a write (uvloop says so with RuntimeError).
         if "closed" not in str(exc):
             raise
-        raise Unavailable(f"redis connection lost during {what}") from exc
+        raise Unavailable(f"redis connection lost during {what}: {describe(exc)}") from exc
     except AttributeError as exc:
         # redis-py's cluster client can close a connection another task has just
         # taken (its writer is then None) while it refreshes the slot map: a lost
         # connection, like any other.  An AttributeError of our own is a bug: raised.
         if not _raised_in_redis(exc):
             raise
-        raise Unavailable(f"redis connection lost during {what}") from exc
+        raise Unavailable(f"redis connection lost during {what}: {describe(exc)}") from exc
 
 
 def _raised_in_redis(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised in redis-py's own code (by module: this adapter's
+    files live under a ``redis`` directory too)."""
     tb = exc.__traceback__
     while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
-    return tb is not None and "/redis/" in tb.tb_frame.f_code.co_filename
-
-
-def split_seeds(url: str) -> tuple[str, list[tuple[str, int]]]:
-    """A Redis Cluster URL naming one node or several,
-    ``redis[s]://[user:password@]host:port[,host:port...][/db][?options]``: the URL of
-    the first node (credentials and options apply to every node) and the others'
-    ``(host, port)``.  Any one seed that answers tells the client every shard.
-    ValueError for another scheme or a seed without a port."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("redis", "rediss"):
-        raise ValueError("a Redis Cluster's URL is redis:// or rediss://")
-    userinfo, at, hosts = parts.netloc.rpartition("@")
-    seeds: list[tuple[str, int]] = []
-    for seed in hosts.split(","):
-        host, colon, port = seed.rpartition(":")
-        if not colon or not host or not port.isdigit():
-            raise ValueError(f"a Redis Cluster seed is host:port, not {seed!r}")
-        seeds.append((host.strip("[]"), int(port)))
-    first = hosts.split(",")[0]
-    rebuilt = parts._replace(netloc=f"{userinfo}{at}{first}").geturl()
-    return rebuilt, seeds[1:]
-
-
-@dataclass(frozen=True)
-class SentinelTarget:
-    """Where the Sentinels are and which master they watch (a ``redis+sentinel://`` URL)."""
-
-    sentinels: tuple[tuple[str, int], ...]
-    master: str
-    db: int
-    username: str | None
-    password: str | None
-    tls: bool
-
-
-def parse_sentinel_url(url: str) -> SentinelTarget:
-    """Parse ``redis+sentinel://[user:pass@]h:p[,h:p...]/<master>[/<db>]``; ValueError."""
-    parts = urlsplit(url)
-    if parts.scheme not in SENTINEL_SCHEMES:
-        raise ValueError(f"not a Sentinel URL: scheme {parts.scheme!r}")
-    netloc = parts.netloc
-    userinfo, _, hosts = netloc.rpartition("@")
-    username = password = None
-    if userinfo:
-        user, _, secret = userinfo.partition(":")
-        username, password = (unquote(user) or None), (unquote(secret) or None)
-    sentinels = []
-    for host_port in hosts.split(","):
-        host, _, port = host_port.strip().rpartition(":")
-        if not host or not port.isdigit():
-            raise ValueError("Sentinel URL: each sentinel must be host:port")
-        sentinels.append((host.strip("[]"), int(port)))
-    path = [p for p in parts.path.split("/") if p]
-    if not path or len(path) > 2:
-        raise ValueError("Sentinel URL: the path must be /<master name>[/<db>]")
-    db = int(path[1]) if len(path) == 2 and path[1].isdigit() else 0
-    if len(path) == 2 and not path[1].isdigit():
-        raise ValueError("Sentinel URL: the database must be a number")
-    return SentinelTarget(
-        tuple(sentinels),
-        unquote(path[0]),
-        db,
-        username,
-        password,
-        parts.scheme == SENTINEL_SCHEMES[1],
-    )
+    module = tb.tb_frame.f_globals.get("__name__", "") if tb is not None else ""
+    return isinstance(module, str) and module.split(".")[0] == "redis"
 
 
 class _SentinelResolved(Connection):
@@ -189,16 +135,13 @@ class _SentinelResolvedTLS(_SentinelResolved, SSLConnection):
 
 @dataclass(frozen=True)
 class ListenerAddress:
-    """Where a raw pub/sub listener connects (the master, or the one server)."""
+    """Where a raw connection (the lane, a pub/sub listener) goes: the one server, the
+    master, or a shard's master; how it connects and greets is the node's
+    :attr:`RedisConnection.dial`."""
 
     host: str
     port: int
-    path: str | None
-    tls: bool
-    username: str | None
-    password: str | None
-    #: The database (the lane selects it; pub/sub ignores it).
-    db: int = 0
+    path: str | None = None
 
 
 class RedisConnection:
@@ -215,7 +158,7 @@ class RedisConnection:
 
     def __init__(
         self,
-        url: str,
+        url: str | RedisSettings,
         *,
         prefix: str = "gw",
         node_id: str | None = None,
@@ -224,21 +167,36 @@ class RedisConnection:
         timeout: float = 3.0,
         cluster: bool = False,
     ) -> None:
+        """``url``: a Redis URL (parsed with ``cluster`` and ``timeout``, see
+        :func:`.settings.parse`), or settings parsed already (which say both)."""
+        self.node_id = node_id or f"{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        if isinstance(url, str):
+            url = parse(url, cluster=cluster, timeout=timeout)
+        #: Every connection's settings; their client name is ``gateway:<node id>``
+        #: unless the URL names one.
+        self.settings = settings = url.named(client_name_of(self.node_id))
         #: Every command's bound, in seconds (pool wait, retries and reply included).
-        self.timeout = timeout
+        self.timeout = settings.timeout
         #: A Redis Cluster: keys of one feed share a slot (their hash tag), live items
         #: go over sharded pub/sub on the feed's shard.
-        self.cluster = cluster
+        self.cluster = settings.kind == CLUSTER
+        #: How the raw connections (the lane, the listeners) open and greet: the TLS
+        #: context (certificates loaded once, here) and the handshake's commands.
+        self.dial = Dial(
+            settings.tls.context() if settings.tls is not None else None,
+            [pack(command) for command in settings.handshake()],
+            settings.connect_timeout,
+        )
+        tls = settings.tls.redis_py() if settings.tls is not None else {}
         options: dict[str, Any] = {
             "max_connections": max_connections,
-            "timeout": timeout,
+            "timeout": settings.timeout,
             "decode_responses": False,
-            "socket_connect_timeout": min(timeout, 5.0),
-            "socket_keepalive": True,
+            "socket_connect_timeout": settings.connect_timeout,
             "health_check_interval": 30,
             # No command here blocks for long (reads wait on pub/sub with their own
             # timeout), so a Redis that stops answering fails calls instead of hanging.
-            "socket_timeout": timeout,
+            "socket_timeout": settings.timeout,
             "protocol": 2,
             # After a Redis restart or failover, pooled connections are stale: the pool
             # must notice (its check is skipped while maintenance notifications are on)
@@ -253,63 +211,70 @@ class RedisConnection:
                 redis.exceptions.ReadOnlyError,
             ],
             "redis_connect_func": self._on_connect,
+            "db": settings.db,
+            "client_name": settings.client_name,
+            **settings.credentials.redis_py(),
         }
-        self.url = url
+        if settings.kind != UNIX:
+            # As the lane: a dead peer is found without a write (no such option on a
+            # unix socket).
+            options["socket_keepalive"] = True
         self._sentinel: Sentinel | None = None
-        self._sentinel_target: SentinelTarget | None = None
         self._topology_ready = False
         self._topology_lock = anyio.Lock()
-        if cluster:
-            url, more_seeds = split_seeds(url)
-            self.url = url
-            self.client: Any = RedisCluster.from_url(
-                url,
-                startup_nodes=[_LastReleasedFirst(host, port) for host, port in more_seeds],
+        self._configured_identity = settings.identity
+        if self.cluster:
+            self.client: Any = RedisCluster(
+                startup_nodes=[_LastReleasedFirst(host, port) for host, port in settings.hosts],
                 max_connections=max_connections,
                 decode_responses=False,
-                socket_connect_timeout=min(timeout, 5.0),
-                socket_timeout=timeout,
+                socket_connect_timeout=settings.connect_timeout,
+                socket_timeout=settings.timeout,
                 socket_keepalive=True,
                 # Redirects, TRYAGAIN and a shard's failover are followed within the
                 # node's bound (io() cancels whatever takes longer).
                 retry=Retry(ExponentialBackoff(cap=0.25, base=0.01), 3),
                 protocol=2,
                 maint_notifications_config=MaintNotificationsConfig(enabled=False),
+                client_name=settings.client_name,
+                ssl=settings.tls is not None,
+                **settings.credentials.redis_py(),
+                **tls,
             )
             # The writer's identity is the shard master's own node id, which the append
             # step reads itself (it knows where it runs; a redirect cannot mislead it).
             self._configured_identity = CLUSTER_IDENTITY
-        elif urlsplit(url).scheme in SENTINEL_SCHEMES:
-            target = self._sentinel_target = parse_sentinel_url(url)
+        elif settings.kind == SENTINEL:
             self._sentinel = Sentinel(  # type: ignore[no-untyped-call]
-                list(target.sentinels),
-                sentinel_kwargs={"socket_timeout": timeout, "socket_connect_timeout": timeout},
-                socket_timeout=timeout,
+                list(settings.hosts),
+                sentinel_kwargs=settings.sentinel_kwargs(),
+                socket_timeout=settings.timeout,
             )
             pool = aioredis.BlockingConnectionPool(
-                connection_class=_SentinelResolvedTLS if target.tls else _SentinelResolved,
+                connection_class=_SentinelResolvedTLS if tls else _SentinelResolved,
                 resolve=self.master_address,
-                db=target.db,
-                username=target.username,
-                password=target.password,
                 **options,
+                **tls,
             )
-            self._configured_identity = ""
+        elif settings.kind == UNIX:
+            pool = aioredis.BlockingConnectionPool(
+                connection_class=UnixDomainSocketConnection, path=settings.path, **options
+            )
         else:
-            pool = aioredis.BlockingConnectionPool.from_url(url, **options)
-            parsed = parse_url(url)
-            self._configured_identity = (
-                parsed["path"]
-                if "path" in parsed
-                else f"{parsed.get('host', 'localhost')}:{parsed.get('port', 6379)}"
+            host, port = settings.hosts[0]
+            pool = aioredis.BlockingConnectionPool(
+                connection_class=SSLConnection if tls else Connection,
+                host=host,
+                port=port,
+                **options,
+                **tls,
             )
-        if not cluster:
+        if not self.cluster:
             # redis-py's own annotations are looser than its replies; the adapter owns them.
             self.client = aioredis.Redis(connection_pool=pool)
         self.prefix = prefix
         #: Feed key names already built (see :meth:`feed_keys`), bounded.
         self._feed_keys: dict[FeedKey, tuple[str, str, str]] = {}
-        self.node_id = node_id or f"{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         #: Where command durations go (``gateway_redis_command_seconds``).
         self.metrics = metrics
         self.suspect = False
@@ -328,11 +293,13 @@ class RedisConnection:
 
     async def master_address(self) -> tuple[str, int]:
         """The master's address, asked of the Sentinels (Sentinel URLs only)."""
-        assert self._sentinel is not None and self._sentinel_target is not None
+        assert self._sentinel is not None and self.settings.master is not None
         try:
-            host, port = await self._sentinel.discover_master(self._sentinel_target.master)
+            host, port = await self._sentinel.discover_master(self.settings.master)
         except redis.exceptions.RedisError as exc:
-            raise redis.exceptions.ConnectionError(f"no master from the sentinels: {exc}") from exc
+            raise redis.exceptions.ConnectionError(
+                f"no master from the sentinels: {describe(exc)}"
+            ) from exc
         return str(host), int(port)
 
     async def _on_connect(self, connection: Any) -> None:
@@ -351,7 +318,8 @@ class RedisConnection:
             # uvloop reports a transport closed under the handshake as RuntimeError: it
             # is a failed connection like any other (retried, or Unavailable).
             raise redis.exceptions.ConnectionError(f"connection lost: {exc}") from exc
-        self.reached(bytes(info), f"{connection.host}:{connection.port}")
+        path = getattr(connection, "path", None)  # a unix socket's connection has no host
+        self.reached(bytes(info), path or f"{connection.host}:{connection.port}")
 
     def reached(self, info: bytes, address: str) -> None:
         """A new connection reached the server at ``address`` (``host:port``), whose
@@ -394,35 +362,20 @@ class RedisConnection:
     def shard_of(self, key: bytes) -> ListenerAddress:
         """Where a key's shard master is (cluster only; :meth:`topology` first)."""
         node = self.client.get_node_from_key(key)
-        options = parse_url(self.url)
-        return ListenerAddress(
-            str(node.host),
-            int(node.port),
-            None,
-            options.get("connection_class") is SSLConnection,
-            options.get("username"),
-            options.get("password"),
-        )
+        return ListenerAddress(str(node.host), int(node.port))
 
     async def listener_address(self) -> ListenerAddress:
-        """Where the node's raw pub/sub listener must connect now (not a cluster)."""
-        if self._sentinel_target is not None:
-            target = self._sentinel_target
+        """Where the node's raw connections (the lane, the pub/sub listener) must go now
+        (not a cluster): the one server, or the master the Sentinels name."""
+        settings = self.settings
+        if settings.kind == SENTINEL:
             with self.io("sentinel"):
                 host, port = await self.master_address()
-            return ListenerAddress(
-                host, port, None, target.tls, target.username, target.password, target.db
-            )
-        options = parse_url(self.url)
-        return ListenerAddress(
-            str(options.get("host", "localhost")),
-            int(options.get("port", 6379)),
-            options.get("path"),
-            options.get("connection_class") is SSLConnection,
-            options.get("username"),
-            options.get("password"),
-            int(options.get("db", 0) or 0),
-        )
+            return ListenerAddress(host, port)
+        if settings.kind == UNIX:
+            return ListenerAddress("localhost", 0, settings.path)
+        host, port = settings.hosts[0]
+        return ListenerAddress(host, port)
 
     def lane(self) -> Lane | None:
         """The node's one lane for the append step (:mod:`.lane`), made on first use;
@@ -432,10 +385,6 @@ class RedisConnection:
         if self._lane is None:
             self._lane = Lane(self)
         return self._lane
-
-    @staticmethod
-    def tls_context() -> ssl.SSLContext:
-        return ssl.create_default_context()
 
     # -- key names ---------------------------------------------------------------------
 

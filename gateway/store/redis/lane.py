@@ -9,7 +9,8 @@ by hiredis in ``data_received`` and handed to the future waiting for it, in orde
 
 What redis-py's pool did for these calls the lane does too, in :meth:`Lane.run`:
 
-- the handshake: ``AUTH``, ``SELECT`` and ``INFO server``, whose ``run_id`` goes to
+- the handshake: the node's (``AUTH``, ``CLIENT SETNAME``, ``SELECT``, over TLS as its
+  settings say, see ``RedisConnection.dial``) and ``INFO server``, whose ``run_id`` goes to
   ``RedisConnection.reached`` (a restart or a failover makes the node verify what it
   follows); with a Sentinel URL the master's address is asked of the Sentinels on every
   connect;
@@ -44,13 +45,14 @@ import hiredis
 
 from gateway.errors import Unavailable
 from gateway.store.redis.faults import LaneLost, LaneTimeout
-from gateway.store.redis.resp import Address, auth, open_raw, pack, refused
+from gateway.store.redis.resp import Address, Dial, describe, open_raw, pack, refused
 
 
 class Server(Protocol):
     """What the lane needs of its ``RedisConnection``."""
 
     timeout: float
+    dial: Dial
 
     async def listener_address(self) -> Address: ...
 
@@ -255,7 +257,7 @@ class Lane:
             if not again:
                 return replies
             todo = again
-        raise Unavailable(f"redis unavailable: {failure}") from failure
+        raise Unavailable(f"redis unavailable: {describe(failure)}") from failure
 
     async def _connected(self) -> _Pipe:
         pipe = self._pipe
@@ -278,18 +280,15 @@ class Lane:
     async def _connect(self) -> _Pipe:
         conn = self._conn
         address = await conn.listener_address()
-        within = min(conn.timeout, 5.0)
-        with anyio.fail_after(within):  # the connect and the handshake together
-            transport, pipe = await open_raw(address, lambda: _Pipe(self, conn.timeout), within)
+        dial = conn.dial
+        with anyio.fail_after(dial.within):  # the connect and the handshake together
+            transport, pipe = await open_raw(address, dial, lambda: _Pipe(self, conn.timeout))
             self.connects += 1
             sock = transport.get_extra_info("socket")
             if sock is not None and address.path is None:
                 # As redis-py's pool: a dead peer is found without a write.
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-            handshake = [command for command in [auth(address)] if command is not None]
-            if address.db:
-                handshake.append(pack(["SELECT", address.db]))
-            handshake.append(pack(["INFO", "server"]))
+            handshake = [*dial.handshake, pack(["INFO", "server"])]
             futures = pipe.send(handshake)
             try:
                 await futures[-1]
@@ -301,7 +300,7 @@ class Lane:
             if refused(reply):
                 pipe.abort(LaneLost(f"redis refused the handshake: {reply}"))
                 raise Unavailable(f"redis refused the lane's handshake: {reply}")
-        conn.reached(bytes(replies[-1]), f"{address.host}:{address.port}")
+        conn.reached(bytes(replies[-1]), address.path or f"{address.host}:{address.port}")
         return pipe
 
     def close(self) -> None:

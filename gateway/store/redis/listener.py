@@ -6,8 +6,9 @@ listener is an asyncio protocol that parses every message already received with
 hiredis (C) in ``data_received`` and keeps them in a bounded list for the reader,
 which takes them all at once.
 
-It speaks just enough RESP2: optional ``AUTH``, then ``SUBSCRIBE`` / ``UNSUBSCRIBE``
-(or their sharded forms on a cluster).
+It speaks just enough RESP2: the node's handshake (``AUTH``, ``CLIENT SETNAME``,
+``SELECT``, over TLS as the node's settings say: ``RedisConnection.dial``), then
+``SUBSCRIBE`` / ``UNSUBSCRIBE`` (or their sharded forms on a cluster).
 Connection failures surface as :class:`ListenerLost` from :meth:`Listener.wait`; the
 owner replaces the listener and re-reads what it follows (messages are not stored by
 Redis, so a lost connection may have lost messages).
@@ -29,7 +30,7 @@ import structlog
 
 from gateway.store.redis.connection import ListenerAddress
 from gateway.store.redis.faults import ListenerLost
-from gateway.store.redis.resp import auth, open_raw, pack, refused
+from gateway.store.redis.resp import PLAIN, Dial, open_raw, pack, refused
 
 log = structlog.get_logger("gateway.store")
 
@@ -115,7 +116,7 @@ class Listener(asyncio.Protocol):
         self._sharded = sharded
         self._waiter: asyncio.Future[None] | None = None
         self._failed: Exception | None = None
-        #: Replies to commands other than (un)subscribe (AUTH), in order.
+        #: Replies to commands other than (un)subscribe (the handshake's), in order.
         self._replies: list[Any] = []
         #: SUBSCRIBE confirmations still to come.
         self._unconfirmed = 0
@@ -368,20 +369,25 @@ LOWAT_HOLDS = _lowat_holds()
 
 async def connect(
     address: ListenerAddress,
-    within: float = 5.0,
+    dial: Dial = PLAIN,
     *,
     waker: Waker | None = None,
     sharded: bool = False,
 ) -> Listener:
-    """Open a listener to the Redis at ``address``, within ``within`` seconds."""
-    _, listener = await open_raw(address, lambda: Listener(waker, sharded=sharded), within)
-    command = auth(address)
-    if command is not None:
-        listener.write(command)
-        with anyio.fail_after(within):
-            reply = await listener._reply()
-        if refused(reply):
+    """Open a listener to the Redis at ``address`` as ``dial`` says (TLS, handshake),
+    within ``dial.within`` seconds; ListenerLost with Redis's reason if the handshake
+    is refused."""
+    with anyio.fail_after(dial.within):
+        _, listener = await open_raw(address, dial, lambda: Listener(waker, sharded=sharded))
+        try:
+            for command in dial.handshake:
+                listener.write(command)
+            for _ in dial.handshake:
+                reply = await listener._reply()
+                if refused(reply):
+                    raise ListenerLost(f"redis refused the listener's handshake: {reply}")
+        except BaseException:
             listener.close()
-            raise ListenerLost(f"redis refused the listener's AUTH: {reply}")
+            raise
     listener._authenticated = True
     return listener

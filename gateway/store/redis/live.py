@@ -278,7 +278,7 @@ class RedisLive(LiveFeed):
         listener = self._listeners.get(address)
         if listener is None:
             listener = await connect_listener(
-                address, self.conn.timeout, waker=self._waker, sharded=self.conn.cluster
+                address, self.conn.dial, waker=self._waker, sharded=self.conn.cluster
             )
             self._listeners[address] = listener
         return listener

@@ -1,5 +1,6 @@
 """What the raw connections (the pub/sub listener, the lane) share: RESP2 commands
-packed by hand, refused replies recognised, and a connection opened to an address."""
+packed by hand, refused replies recognised, and a connection opened to an address as
+the node's :class:`Dial` says (TLS, and the handshake sent first)."""
 
 from __future__ import annotations
 
@@ -23,14 +24,22 @@ class Address(Protocol):
     def port(self) -> int: ...
     @property
     def path(self) -> str | None: ...
-    @property
-    def tls(self) -> bool: ...
-    @property
-    def username(self) -> str | None: ...
-    @property
-    def password(self) -> str | None: ...
-    @property
-    def db(self) -> int: ...
+
+
+class Dial:
+    """How every raw connection of a node opens and greets, made once from its Redis
+    settings (``RedisConnection.dial``): TLS with ``tls`` (None: none), the packed
+    ``handshake`` commands sent first (``AUTH``, ``CLIENT SETNAME``, ``SELECT``), each
+    to be answered without an error, and all of it within ``within`` seconds."""
+
+    def __init__(self, tls: ssl.SSLContext | None, handshake: list[bytes], within: float) -> None:
+        self.tls = tls
+        self.handshake = handshake
+        self.within = within
+
+
+#: A plain connection with no handshake (a Redis without a password, database 0).
+PLAIN = Dial(None, [], 5.0)
 
 
 def pack(args: Sequence[bytes | str | int]) -> bytes:
@@ -60,28 +69,30 @@ def _pack(args: Sequence[bytes | str | int]) -> bytes:
     return b"".join(out)
 
 
+def describe(exc: BaseException) -> str:
+    """An error as a log or a message names its cause: its class and its text
+    (``AuthenticationError: WRONGPASS invalid username-password pair ...``), with the
+    error code Redis gave (redis-py keeps it apart from the text)."""
+    text = str(exc)
+    code = getattr(exc, "status_code", None)
+    if isinstance(code, str) and code and not text.startswith(code):
+        text = f"{code} {text}"
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 def refused(reply: Any, code: str | None = None) -> bool:
     """A reply that is Redis refusing the command (with error ``code``, if named)."""
     return isinstance(reply, hiredis.ReplyError) and (code is None or str(reply).startswith(code))
 
 
-def auth(address: Address) -> bytes | None:
-    """The ``AUTH`` command for ``address``'s credentials (None without a password)."""
-    if not address.password:
-        return None
-    if address.username:
-        return pack(["AUTH", address.username, address.password])
-    return pack(["AUTH", address.password])
-
-
 async def open_raw(
-    address: Address, protocol: Callable[[], P], within: float
+    address: Address, dial: Dial, protocol: Callable[[], P]
 ) -> tuple[asyncio.Transport, P]:
-    """A connection to ``address`` (its socket path, or TCP with TLS if it says so),
-    made within ``within`` seconds."""
+    """A connection to ``address`` (its socket path, or TCP, with TLS if ``dial`` has
+    it: the certificate is checked against ``address.host``), made within
+    ``dial.within`` seconds.  The caller sends the handshake."""
     loop = asyncio.get_running_loop()
-    with anyio.fail_after(within):
+    with anyio.fail_after(dial.within):
         if address.path is not None:
             return await loop.create_unix_connection(protocol, address.path)
-        context = ssl.create_default_context() if address.tls else None
-        return await loop.create_connection(protocol, address.host, address.port, ssl=context)
+        return await loop.create_connection(protocol, address.host, address.port, ssl=dial.tls)
