@@ -25,7 +25,7 @@ from gateway.http import logcontext
 from gateway.http.connections import Connections, Ticker
 from gateway.http.cors import Cors
 from gateway.http.router import Router
-from gateway.http.routes import ROUTES
+from gateway.http.routes import INTERNAL_ROUTES, client_routes
 from gateway.http.server import HttpServer
 from gateway.http.services import Services
 from gateway.inbox import INBOXES, Inbox
@@ -38,6 +38,9 @@ from gateway.store.memory import MemoryStore, memory_backend
 from gateway.store.redis import redis_backend
 
 log = structlog.get_logger("gateway")
+
+#: Largest request body the internal port reads (its routes take none).
+INTERNAL_MAX_BODY = 1024
 
 
 def configure_logging(
@@ -80,7 +83,7 @@ def configure_logging(
 
 @dataclass
 class Gateway:
-    """A running node: its parts and the port it listens on."""
+    """A running node: its parts and the ports it listens on."""
 
     settings: Settings
     backend: Backend
@@ -91,6 +94,9 @@ class Gateway:
     port: int
     inboxes: list[Inbox]
     services: Services
+    #: The listener of /metrics, /healthz and /readyz when GATEWAY_INTERNAL_PORT is set.
+    internal_server: HttpServer | None = None
+    internal_port: int | None = None
 
     @property
     def draining(self) -> bool:
@@ -100,12 +106,22 @@ class Gateway:
     def url(self) -> str:
         return f"http://{self.settings.host}:{self.port}"
 
+    @property
+    def internal_url(self) -> str | None:
+        """Where /metrics, /healthz and /readyz are served: the internal port's URL, or
+        None when they share the client port (:attr:`url`)."""
+        if self.internal_port is None:
+            return None
+        host = self.settings.internal_host or self.settings.host
+        return f"http://{host}:{self.internal_port}"
+
     async def drain(self, window: float) -> None:
         """Stop taking connections and end every open stream, spread over ``window`` s.
 
         Readiness answers 503 from the start, so a load balancer stops sending new
         clients; the open streams end in slices so that their reconnects (to other
         nodes) do not arrive all at once.  Returns when every stream has been ended.
+        The internal port keeps listening: probes see the 503.
         """
         self.hub.draining = True
         self.server.stop_listening()
@@ -232,12 +248,21 @@ async def running(
         index=backend.index,
         runs=backend.runs,
     )
+    internal = settings.internal_port is not None
     async with anyio.create_task_group() as tg:
-        router = Router(ROUTES, services)
+        # With an internal port, /metrics, /healthz and /readyz are served there only.
+        router = Router(client_routes(internal=internal), services)
 
         server = HttpServer(
             router, max_body=settings.max_body_bytes, requests=metrics.http_requests
         )
+        internal_server = None
+        if internal:
+            internal_server = HttpServer(
+                Router(INTERNAL_ROUTES, services),
+                max_body=INTERNAL_MAX_BODY,
+                requests=metrics.http_requests,
+            )
         hub.last_progress = time.monotonic()
         tg.start_soon(hub.run)
         tg.start_soon(ready.run)
@@ -248,13 +273,31 @@ async def running(
             tg.start_soon(inbox.run)
         if activity is not None:
             tg.start_soon(activity.run)
-        port = await server.start(settings.host, settings.port)
-        node = Gateway(settings, backend, metrics, hub, publisher, server, port, inboxes, services)
         try:
-            yield node
+            port = await server.start(settings.host, settings.port)
+            internal_port = None
+            if internal_server is not None and settings.internal_port is not None:
+                internal_port = await internal_server.start(
+                    settings.internal_host or settings.host, settings.internal_port
+                )
+            yield Gateway(
+                settings,
+                backend,
+                metrics,
+                hub,
+                publisher,
+                server,
+                port,
+                inboxes,
+                services,
+                internal_server=internal_server,
+                internal_port=internal_port,
+            )
         finally:
             with anyio.CancelScope(shield=True):
                 await server.aclose()
+                if internal_server is not None:
+                    await internal_server.aclose()
             tg.cancel_scope.cancel()
     await backend.aclose()
 
@@ -288,6 +331,7 @@ async def serve(
             log.info(
                 "gateway listening",
                 url=node.url,
+                internal_url=node.internal_url,
                 log=node.backend.name,
                 keepalive_seconds=settings.keepalive_seconds,
                 compiled_hot_path=native.status(),

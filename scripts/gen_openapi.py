@@ -238,7 +238,9 @@ AG-UI SSE (D4, D7; it departs from the seed's `uiRunFrames`, see there). `POST \
 {RUN_EVENTS}` publishes to a run's threads stream (D7b). `POST {AGENT_UI}` attaches an \
 AG-UI client to a run that is going; unlike the seed's `uiAgUiRun` on that path it never \
 starts a run (D7). `GET /healthz`, `GET /readyz`, `GET /metrics` and `GET \
-/openapi.json` (this document) are unauthenticated operational routes (D8).
+/openapi.json` (this document) are unauthenticated operational routes (D8). With \
+`GATEWAY_INTERNAL_PORT` set, `/healthz`, `/readyz` and `/metrics` are served on that \
+port only (404 here); `/openapi.json` stays on the client port.
 
 **Errors.** Every error body is exactly `{{"error": {{"code", "message"}}}}` with nothing \
 else. Codes are the seed's (events_ErrorCode, api_ApiErrorCode) plus GatewayErrorCode \
