@@ -32,6 +32,7 @@ from gateway.loopmetrics import (
 __all__ = [
     "DISCONNECT_REASONS",
     "ROTATION_REASONS",
+    "VALIDATION_DISAGREEMENTS",
     "LoopCollector",
     "LoopHistogram",
     "Metrics",
@@ -60,6 +61,18 @@ REDIS_COMMANDS = (
     "verify",
     "inbox",
     "ping",
+)
+
+#: Items the fast validator (jsonschema-rs) refused and the explaining one (jsonschema)
+#: found no fault in, by event type (``source:<kind>`` for a TeamSource); such items are
+#: refused (gateway/validate.py).  Process-wide: validation runs below the node's wiring,
+#: so every :class:`Metrics` of the process exposes this one counter.
+VALIDATION_DISAGREEMENTS = LoopCounter(
+    "gateway_validation_disagreements_total",
+    "Published items refused because the fast validator (jsonschema-rs) rejected them "
+    "and the reference one (jsonschema) found no error, by event type (source:<kind> "
+    "for a TeamSource).  Process-wide.",
+    ["type"],
 )
 
 # Histogram buckets (upper bounds).
@@ -170,6 +183,7 @@ class Metrics:
             "tenant_connections, publish_rate).",
             ["limit"],
         )
+        self.validation_disagreements = VALIDATION_DISAGREEMENTS
         self.subscriptions = LoopGauge(
             "gateway_subscriptions",
             "Open subscriptions (joining or live) by transport (sse, ws) and feed kind "
