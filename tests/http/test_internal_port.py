@@ -34,10 +34,11 @@ async def test_the_operational_routes_move_to_the_internal_port() -> None:
             ready = await internal.get("/readyz")
             assert ready.status_code == 200
             body = ready.json()
-            assert body == {"status": "ready", "reason": "ok"}
+            assert (body["status"], body["reason"]) == ("ready", "ok")
+            assert body["connections"]["limit"] == node.settings.max_connections
             metrics = await internal.get("/metrics")
             assert metrics.status_code == 200
-            assert "gateway_http_requests_total" in metrics.text
+            assert "gateway_connections_refused_total" in metrics.text
             assert (await internal.head("/readyz")).status_code == 200
             assert (await internal.post("/metrics")).status_code == 405
             # ... and nothing else.
@@ -79,6 +80,8 @@ async def test_without_an_internal_port_everything_is_on_the_client_port() -> No
         assert node.internal_server is None
         for path in (*INTERNAL, "/openapi.json"):
             assert (await client.get(path)).status_code == 200, path
+        body = (await client.get("/readyz")).json()
+        assert body["connections"]["sockets"] == 1  # this client
 
 
 def test_internal_port_settings() -> None:
