@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import resource
 import signal
 import sys
 import time
@@ -22,14 +23,28 @@ from gateway.config import Settings
 from gateway.fanout.foldcache import FoldCache
 from gateway.fanout.hub import Hooks, Hub
 from gateway.http import logcontext
+from gateway.http.capacity import (
+    INTERNAL_MAX_SOCKETS,
+    Capacity,
+    Refusals,
+    file_limit,
+    raise_file_limit,
+    reserved_files,
+    socket_limit,
+)
 from gateway.http.connections import Connections, Ticker
 from gateway.http.cors import Cors
 from gateway.http.router import Router
-from gateway.http.routes import ROUTES
+from gateway.http.routes import INTERNAL_ROUTES, client_routes
 from gateway.http.server import HttpServer
 from gateway.http.services import Services
 from gateway.inbox import INBOXES, Inbox
-from gateway.limits import ConnectionLimits, PublishRate
+from gateway.limits import (
+    LIMIT_CONNECTIONS,
+    LIMIT_TENANT_CONNECTIONS,
+    ConnectionLimits,
+    PublishRate,
+)
 from gateway.metrics import Metrics
 from gateway.publisher import Publisher
 from gateway.readiness import Readiness
@@ -38,6 +53,9 @@ from gateway.store.memory import MemoryStore, memory_backend
 from gateway.store.redis import from_settings, redis_backend
 
 log = structlog.get_logger("gateway")
+
+#: Largest request body the internal port reads (its routes take none).
+INTERNAL_MAX_BODY = 1024
 
 
 def configure_logging(
@@ -80,7 +98,7 @@ def configure_logging(
 
 @dataclass
 class Gateway:
-    """A running node: its parts and the port it listens on."""
+    """A running node: its parts and the ports it listens on."""
 
     settings: Settings
     backend: Backend
@@ -91,6 +109,9 @@ class Gateway:
     port: int
     inboxes: list[Inbox]
     services: Services
+    #: The listener of /metrics, /healthz and /readyz when GATEWAY_INTERNAL_PORT is set.
+    internal_server: HttpServer | None = None
+    internal_port: int | None = None
 
     @property
     def draining(self) -> bool:
@@ -100,12 +121,22 @@ class Gateway:
     def url(self) -> str:
         return f"http://{self.settings.host}:{self.port}"
 
+    @property
+    def internal_url(self) -> str | None:
+        """Where /metrics, /healthz and /readyz are served: the internal port's URL, or
+        None when they share the client port (:attr:`url`)."""
+        if self.internal_port is None:
+            return None
+        host = self.settings.internal_host or self.settings.host
+        return f"http://{host}:{self.internal_port}"
+
     async def drain(self, window: float) -> None:
         """Stop taking connections and end every open stream, spread over ``window`` s.
 
         Readiness answers 503 from the start, so a load balancer stops sending new
         clients; the open streams end in slices so that their reconnects (to other
         nodes) do not arrive all at once.  Returns when every stream has been ended.
+        The internal port keeps listening: probes see the 503.
         """
         self.hub.draining = True
         self.server.stop_listening()
@@ -209,8 +240,36 @@ async def running(
         metrics=metrics,
     )
 
+    # Client connections the open-files limit leaves room for (docs/reliability.md).
+    files = file_limit()
+    max_sockets = socket_limit(files.soft, reserved_files(settings))
+    servers: list[HttpServer] = []
+
+    def refusal_details(reason: str) -> dict[str, Any]:
+        if reason == LIMIT_CONNECTIONS:
+            return {"open": limits.total, "limit": limits.max_connections}
+        if reason == LIMIT_TENANT_CONNECTIONS:
+            return {"limit": limits.max_tenant_connections}
+        if reason == "internal":
+            return {"limit": INTERNAL_MAX_SOCKETS}
+        sockets = servers[0].open_sockets if servers else None
+        return {"sockets": sockets, "socket_limit": max_sockets, "files_soft": files.soft}
+
+    refusals = Refusals(metrics.connections_refused, details=refusal_details)
+
     def limited(limit: str) -> None:
         metrics.limited.labels(limit=limit).inc()
+        if limit in (LIMIT_CONNECTIONS, LIMIT_TENANT_CONNECTIONS):
+            refusals(limit)
+
+    limits = ConnectionLimits(settings.max_connections, settings.max_tenant_connections, limited)
+    capacity = Capacity(
+        limits,
+        socket_limit=max_sockets,
+        sockets=lambda: servers[0].open_sockets if servers else 0,
+    )
+    metrics.sockets.set_function(lambda: servers[0].open_sockets if servers else 0)
+    metrics.socket_limit.set(max_sockets)
 
     # A key file that is missing or broken at start-up is a configuration error.
     authenticator = Authenticator.from_settings(settings)
@@ -224,20 +283,39 @@ async def running(
         publisher=publisher,
         auth=authenticator,
         metrics=metrics,
-        limits=ConnectionLimits(settings.max_connections, settings.max_tenant_connections, limited),
+        limits=limits,
         publish_rate=PublishRate(settings.publish_rate, settings.publish_burst, on_limited=limited),
         cors=Cors(settings.cors_origins),
         connections=connections,
         ready=ready,
         index=backend.index,
         runs=backend.runs,
+        capacity=capacity,
     )
+    internal = settings.internal_port is not None
     async with anyio.create_task_group() as tg:
-        router = Router(ROUTES, services)
+        # With an internal port, /metrics, /healthz and /readyz are served there only.
+        router = Router(client_routes(internal=internal), services)
 
         server = HttpServer(
-            router, max_body=settings.max_body_bytes, requests=metrics.http_requests
+            router,
+            max_body=settings.max_body_bytes,
+            requests=metrics.http_requests,
+            max_sockets=max_sockets,
+            on_refused=refusals,
         )
+        servers.append(server)
+        internal_server = None
+        if internal:
+            internal_server = HttpServer(
+                Router(INTERNAL_ROUTES, services),
+                max_body=INTERNAL_MAX_BODY,
+                requests=metrics.http_requests,
+                max_sockets=INTERNAL_MAX_SOCKETS,
+                on_refused=refusals,
+                refuse_reason="internal",
+            )
+        tg.start_soon(refusals.run)
         hub.last_progress = time.monotonic()
         tg.start_soon(hub.run)
         tg.start_soon(ready.run)
@@ -248,15 +326,69 @@ async def running(
             tg.start_soon(inbox.run)
         if activity is not None:
             tg.start_soon(activity.run)
-        port = await server.start(settings.host, settings.port)
-        node = Gateway(settings, backend, metrics, hub, publisher, server, port, inboxes, services)
         try:
-            yield node
+            port = await server.start(settings.host, settings.port)
+            internal_port = None
+            if internal_server is not None and settings.internal_port is not None:
+                internal_port = await internal_server.start(
+                    settings.internal_host or settings.host, settings.internal_port
+                )
+            yield Gateway(
+                settings,
+                backend,
+                metrics,
+                hub,
+                publisher,
+                server,
+                port,
+                inboxes,
+                services,
+                internal_server=internal_server,
+                internal_port=internal_port,
+            )
         finally:
             with anyio.CancelScope(shield=True):
                 await server.aclose()
+                if internal_server is not None:
+                    await internal_server.aclose()
             tg.cancel_scope.cancel()
     await backend.aclose()
+
+
+def _raise_file_limit(settings: Settings) -> None:
+    """Raise the soft open-files limit to the hard one, and say what it is now: one
+    info line, and a warning when it leaves room for fewer client connections than
+    GATEWAY_MAX_CONNECTIONS streams (or could not be raised)."""
+    before, after, error = raise_file_limit()
+    reserved = reserved_files(settings)
+    sockets = socket_limit(after.soft, reserved)
+    hard = None if after.hard == resource.RLIM_INFINITY else after.hard  # None: unlimited
+    log.info(
+        "open-files limit",
+        soft=after.soft,
+        hard=hard,
+        soft_before=before.soft,
+        socket_limit=sockets,
+        reserved=reserved,
+    )
+    if error is not None:
+        log.warning(
+            "could not raise the soft open-files limit to the hard one",
+            error=error,
+            soft=after.soft,
+            hard=hard,
+        )
+    if sockets < settings.max_connections:
+        log.warning(
+            "the open-files limit leaves room for fewer client connections than "
+            "GATEWAY_MAX_CONNECTIONS: past socket_limit new connections get 503; raise "
+            "the hard limit (ulimit -n, systemd LimitNOFILE, the container runtime's "
+            "nofile) or lower GATEWAY_MAX_CONNECTIONS",
+            socket_limit=sockets,
+            max_connections=settings.max_connections,
+            soft=after.soft,
+            hard=hard,
+        )
 
 
 async def serve(
@@ -268,6 +400,7 @@ async def serve(
     is cancelled when a signal starts the drain.
     """
     configure_logging(settings, once=True)
+    _raise_file_limit(settings)
     if settings.redis_url is None:
         log.warning(
             "no Redis URL configured: running on the embedded in-memory log; "
@@ -288,6 +421,7 @@ async def serve(
             log.info(
                 "gateway listening",
                 url=node.url,
+                internal_url=node.internal_url,
                 log=node.backend.name,
                 keepalive_seconds=settings.keepalive_seconds,
                 compiled_hot_path=native.status(),

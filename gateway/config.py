@@ -20,6 +20,11 @@ import msgspec
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
     host: str = "127.0.0.1"
     port: int = 8080
+    #: A second port for /metrics, /healthz and /readyz only (then not on ``port``);
+    #: ``None``: they are served on ``port``.
+    internal_port: int | None = None
+    #: The internal port's address; ``None``: ``host``.
+    internal_host: str | None = None
     #: ``None`` runs on the embedded in-memory log (nothing durable).
     redis_url: str | None = None
     #: Prefix of every Redis key the gateway owns.
@@ -123,6 +128,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
 SETTINGS_HELP: dict[str, str] = {
     "host": "Address to listen on.",
     "port": "TCP port for HTTP, SSE and WebSocket.",
+    "internal_port": "TCP port for /metrics, /healthz and /readyz only; when set, those "
+    "three answer 404 on GATEWAY_PORT (/openapi.json stays there: it documents the public "
+    "API). Unset: they are served on GATEWAY_PORT.",
+    "internal_host": "Address the internal port listens on (e.g. 127.0.0.1 for a sidecar "
+    "scraper). Unset: GATEWAY_HOST.",
     "redis_url": "Redis URL: redis://[[user]:password@]host[:port][/db] for one server "
     "(rediss:// with TLS); unix://[[user]:password@]/path/to/socket[?db=N]; "
     "redis+sentinel://[[user]:password@]host:port[,host:port...]/<master>[/db] (rediss+"
@@ -283,11 +293,19 @@ def _coerce(name: str, raw: str, kind: Any) -> Any:
 
 
 def _kind_name(kind: Any) -> str:
+    if isinstance(kind, msgspec.inspect.UnionType):
+        return _kind_name(_optional(kind))
     if isinstance(kind, msgspec.inspect.IntType):
         return "an integer"
     if isinstance(kind, msgspec.inspect.FloatType):
         return "a number"
     return "a value"
+
+
+def _optional(kind: msgspec.inspect.UnionType) -> Any:
+    """The type of an optional setting beside None (``int`` of ``int | None``)."""
+    (inner,) = [t for t in kind.types if not isinstance(t, msgspec.inspect.NoneType)]
+    return inner
 
 
 def _coerce_value(name: str, raw: str, kind: Any) -> Any:
@@ -299,8 +317,9 @@ def _coerce_value(name: str, raw: str, kind: Any) -> Any:
             return False
         raise ValueError(f"{name}: expected true or false, got {raw!r}")
     if isinstance(kind, msgspec.inspect.UnionType):
-        # Optional strings: an empty value means "unset".
-        return text or None
+        # Optional settings: an empty value means "unset"; any other is read as the
+        # type beside None.
+        return _coerce_value(name, text, _optional(kind)) if text else None
     if isinstance(kind, msgspec.inspect.IntType):
         return int(text)
     if isinstance(kind, msgspec.inspect.FloatType):
@@ -402,6 +421,13 @@ def _check(s: Settings) -> None:
         raise ValueError("log_format must be json, console or auto")
     if s.port > 65535:
         raise ValueError("port must be at most 65535")
+    if s.internal_port is not None:
+        if not 0 < s.internal_port <= 65535:
+            raise ValueError("internal_port must be between 1 and 65535")
+        if s.internal_port == s.port:
+            raise ValueError("internal_port must differ from port")
+    elif s.internal_host is not None:
+        raise ValueError("internal_host needs internal_port")
     if not 0 <= s.jwt_leeway_seconds <= MAX_LEEWAY_SECONDS:
         raise ValueError(f"jwt_leeway_seconds must be between 0 and {MAX_LEEWAY_SECONDS}")
     for name in ("jwt_public_key_file", "jwt_jwks_file"):

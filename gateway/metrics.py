@@ -31,7 +31,9 @@ from gateway.loopmetrics import (
 
 __all__ = [
     "DISCONNECT_REASONS",
+    "REFUSAL_REASONS",
     "ROTATION_REASONS",
+    "VALIDATION_DISAGREEMENTS",
     "LoopCollector",
     "LoopHistogram",
     "Metrics",
@@ -50,6 +52,13 @@ DISCONNECT_REASONS = ("client", "slow", "shutdown", "auth", "error", "reset", "f
 #: written on another server (a failover or a move: nothing can prove it continues).
 ROTATION_REASONS = ("missing", "rollback", "moved")
 
+#: Why a client connection was refused (``gateway_connections_refused_total{reason}``):
+#: the node's or the tenant's stream limit (GATEWAY_MAX_CONNECTIONS,
+#: GATEWAY_MAX_TENANT_CONNECTIONS: answered 429); the node's share of the open-files
+#: limit (answered 503 and closed at once); the internal port's connection bound; the
+#: kernel refused ``accept()`` (out of files or memory: accepting pauses).
+REFUSAL_REASONS = ("connections", "tenant_connections", "files", "internal", "accept")
+
 #: The Redis commands timed by ``gateway_redis_command_seconds{command}``.
 REDIS_COMMANDS = (
     "append",
@@ -60,6 +69,18 @@ REDIS_COMMANDS = (
     "verify",
     "inbox",
     "ping",
+)
+
+#: Items the fast validator (jsonschema-rs) refused and the explaining one (jsonschema)
+#: found no fault in, by event type (``source:<kind>`` for a TeamSource); such items are
+#: refused (gateway/validate.py).  Process-wide: validation runs below the node's wiring,
+#: so every :class:`Metrics` of the process exposes this one counter.
+VALIDATION_DISAGREEMENTS = LoopCounter(
+    "gateway_validation_disagreements_total",
+    "Published items refused because the fast validator (jsonschema-rs) rejected them "
+    "and the reference one (jsonschema) found no error, by event type (source:<kind> "
+    "for a TeamSource).  Process-wide.",
+    ["type"],
 )
 
 # Histogram buckets (upper bounds).
@@ -170,6 +191,28 @@ class Metrics:
             "tenant_connections, publish_rate).",
             ["limit"],
         )
+        self.connections_refused = LoopCounter(
+            "gateway_connections_refused_total",
+            "Client connections refused, by reason: connections, tenant_connections (429 "
+            "at GATEWAY_MAX_CONNECTIONS or GATEWAY_MAX_TENANT_CONNECTIONS), files (the "
+            "node's share of the open-files limit: 503 and closed), internal (the internal "
+            "port's bound), accept (the kernel refused accept(), out of files or memory: "
+            "counted once per pause of accepting).",
+            ["reason"],
+        )
+        self.sockets = Gauge(
+            "gateway_sockets",
+            "Open client TCP connections on GATEWAY_PORT (streams, WebSockets, idle "
+            "keep-alive and publishing connections).",
+            registry=r,
+        )
+        self.socket_limit = Gauge(
+            "gateway_socket_limit",
+            "Client TCP connections this node accepts at most: the open-files limit less "
+            "what the node keeps for itself (docs/reliability.md).",
+            registry=r,
+        )
+        self.validation_disagreements = VALIDATION_DISAGREEMENTS
         self.subscriptions = LoopGauge(
             "gateway_subscriptions",
             "Open subscriptions (joining or live) by transport (sse, ws) and feed kind "

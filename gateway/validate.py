@@ -20,6 +20,14 @@ For speed, each per-type schema is bundled before its validator is built: every 
 would recurse (``events_JsonValue`` refers to itself) are left as absolute references,
 resolved through a :class:`referencing.Registry` that holds the whole document. Resolving
 ``$ref`` through the registry on every call costs more than the validation itself.
+
+Two validators, one verdict that fails closed: jsonschema-rs decides alone when it
+accepts; what it refuses is explained by jsonschema.  Should jsonschema find no error in
+an item jsonschema-rs refused (the two disagree: a regex dialect, say, where Python's
+``$`` also matches before a final newline and ECMA 262's does not), the item is refused
+all the same, counted in ``gateway_validation_disagreements_total{type}`` and logged as
+a warning once per type per process.  The fast validators are a parameter of the public
+functions (``fast_event``, ``fast_source``), so a test can stand in one that disagrees.
 """
 
 from __future__ import annotations
@@ -27,21 +35,25 @@ from __future__ import annotations
 import functools
 import importlib.resources
 import re
-from collections.abc import Iterable, Mapping
-from typing import Any, Final
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Final, NoReturn, Protocol
 from urllib.parse import unquote
 
 import jsonschema_rs
 import msgspec
+import structlog
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError, best_match
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
 from gateway.errors import InvalidRequest
+from gateway.metrics import VALIDATION_DISAGREEMENTS
 
 __all__ = [
     "MAX_BATCH_ITEMS",
+    "FastValidator",
+    "FastValidators",
     "TeamPublishItem",
     "fast_component_validator",
     "seed_schemas",
@@ -53,6 +65,18 @@ __all__ = [
 
 #: An array body may hold at most this many items.
 MAX_BATCH_ITEMS: int = 1000
+
+log = structlog.get_logger("gateway.validate")
+
+
+class FastValidator(Protocol):
+    """What the fast path asks of a validator (jsonschema-rs's ``Validator``)."""
+
+    def is_valid(self, instance: Any) -> bool: ...
+
+
+#: The fast validator of one discriminator value (an event type, a source kind).
+FastValidators = Callable[[str], FastValidator]
 
 
 class TeamPublishItem(msgspec.Struct, frozen=True):
@@ -359,14 +383,50 @@ def _check(validator: Draft202012Validator, instance: object, prefix: str) -> No
         raise InvalidRequest(f"{_path(prefix, error.absolute_path)}: {_describe(error)}")
 
 
+#: The types (``source:<kind>`` for sources) whose disagreement this process has logged.
+_LOGGED_DISAGREEMENTS: set[str] = set()
+
+
+def _refuse(
+    validator: Draft202012Validator,
+    instance: object,
+    prefix: str,
+    label: str,
+    fast: jsonschema_rs.Validator,
+) -> NoReturn:
+    """Refuse ``instance``, which a fast validator refused: with the reference
+    ``validator``'s explanation, or, when it finds no error (the two disagree), with
+    a message that it does not match the schema, at the path and with the words of
+    jsonschema-rs's first error (``fast``) where that has one.  A disagreement is
+    counted under ``label`` and logged once per label per process."""
+    _check(validator, instance, prefix)
+    VALIDATION_DISAGREEMENTS.labels(label).inc()
+    message = f"{prefix}: does not match the schema"
+    for error in fast.iter_errors(instance):
+        where = _path(prefix, error.instance_path)
+        message = f"{where}: does not match the schema ({_clip(error.message, _MAX_MESSAGE)})"
+        break
+    if label not in _LOGGED_DISAGREEMENTS:
+        _LOGGED_DISAGREEMENTS.add(label)
+        log.warning(
+            "validators disagree: jsonschema-rs refused an item jsonschema accepts; "
+            "refused (logged once per type)",
+            type=label,
+            error=message,
+        )
+    raise InvalidRequest(message)
+
+
 # --------------------------------------------------------------------------- public API
 
 
-def validate_event(event: object) -> None:
+def validate_event(event: object, *, fast: FastValidators = _fast_event_validator) -> None:
     """Validate one event against the seed's closed ``events_Event`` schema.
 
     Raises :class:`InvalidRequest` whose message starts with the JSON path of the failing
-    field, e.g. ``event.data.text: 5 is not of type 'string'``.
+    field, e.g. ``event.data.text: 5 is not of type 'string'``.  ``fast`` gives the fast
+    validator of a type (jsonschema-rs's by default); an event it refuses is refused,
+    even when the reference validator finds no error (see the module docstring).
     """
     if not isinstance(event, dict):
         raise InvalidRequest(f"event.type: the event must be an object, not {_json_type(event)}")
@@ -377,9 +437,11 @@ def validate_event(event: object) -> None:
         raise InvalidRequest(f"event.type: {_clip(repr(type_name))} is not of type 'string'")
     if type_name not in _split("events_Event", "type"):
         raise InvalidRequest(f"event.type: {_clip(repr(type_name))} is not a known event type")
-    if _fast_event_validator(type_name).is_valid(event):
+    if fast(type_name).is_valid(event):
         return
-    _check(_event_validator(type_name), event, "event")
+    _refuse(
+        _event_validator(type_name), event, "event", type_name, _fast_event_validator(type_name)
+    )
 
 
 def seed_schemas() -> Mapping[str, Any]:
@@ -415,12 +477,19 @@ def validate_component(name: str, instance: object, prefix: str) -> None:
     _check(_component_validator(name), instance, prefix)
 
 
-def validate_source(source: object, *, tenant: str, team: str) -> None:
+def validate_source(
+    source: object,
+    *,
+    tenant: str,
+    team: str,
+    fast: FastValidators = _fast_source_validator,
+) -> None:
     """Validate a ``TeamSource`` and its consistency with the caller and the path.
 
     ``tenant`` is the caller's tenant, ``team`` the team id in the path. A member source
     must name a member of that tenant and team; an operator source a principal of that
     tenant. Raises :class:`InvalidRequest` naming the failing field (``source....``).
+    ``fast`` gives the fast validator of a kind, as for :func:`validate_event`.
     """
     if not isinstance(source, dict):
         raise InvalidRequest(f"source: must be an object, not {_json_type(source)}")
@@ -430,8 +499,14 @@ def validate_source(source: object, *, tenant: str, team: str) -> None:
     kinds = _split("TeamSource", "kind")
     if not isinstance(kind, str) or kind not in kinds:
         raise InvalidRequest(f"source.kind: {_clip(repr(kind))} is not one of {sorted(kinds)!r}")
-    if not _fast_source_validator(kind).is_valid(source):
-        _check(_source_validator(kind), source, "source")
+    if not fast(kind).is_valid(source):
+        _refuse(
+            _source_validator(kind),
+            source,
+            "source",
+            f"source:{kind}",
+            _fast_source_validator(kind),
+        )
     if kind == "member":
         member = source["member"]
         if member["tenant"] != tenant:
@@ -445,7 +520,14 @@ def validate_source(source: object, *, tenant: str, team: str) -> None:
 _ITEM_KEYS: Final = ("source", "event")
 
 
-def _item(raw: object, *, tenant: str, team: str) -> TeamPublishItem:
+def _item(
+    raw: object,
+    *,
+    tenant: str,
+    team: str,
+    fast_event: FastValidators,
+    fast_source: FastValidators,
+) -> TeamPublishItem:
     if not isinstance(raw, dict):
         raise InvalidRequest(
             f"must be an object with the keys 'source' and 'event', not {_json_type(raw)}"
@@ -457,8 +539,8 @@ def _item(raw: object, *, tenant: str, team: str) -> TeamPublishItem:
         if key not in raw:
             raise InvalidRequest(f"{key!r} is a required property")
     source, event = raw["source"], raw["event"]
-    validate_source(source, tenant=tenant, team=team)
-    validate_event(event)
+    validate_source(source, tenant=tenant, team=team, fast=fast_source)
+    validate_event(event, fast=fast_event)
     data = event["data"]
     return TeamPublishItem(
         event_id=event["event_id"],
@@ -468,7 +550,14 @@ def _item(raw: object, *, tenant: str, team: str) -> TeamPublishItem:
     )
 
 
-def validate_team_publish(body: object, *, tenant: str, team: str) -> list[TeamPublishItem]:
+def validate_team_publish(
+    body: object,
+    *,
+    tenant: str,
+    team: str,
+    fast_event: FastValidators = _fast_event_validator,
+    fast_source: FastValidators = _fast_source_validator,
+) -> list[TeamPublishItem]:
     """Validate an already JSON-decoded publish body for ``POST /v1/teams/{team}/events``.
 
     ``body`` is one object ``{"source": TeamSource, "event": events_Event}`` or a non-empty
@@ -476,7 +565,8 @@ def validate_team_publish(body: object, *, tenant: str, team: str) -> list[TeamP
     message names the failing item index (0 for a single object) and the JSON path of the
     failing field, e.g. ``item 2: event.data.text: 5 is not of type 'string'``. The first
     failing item wins (within an item: its keys, then ``source``, then ``event``); nothing
-    is returned on failure (all or nothing).
+    is returned on failure (all or nothing).  ``fast_event`` and ``fast_source`` are the
+    fast validators (see :func:`validate_event`).
     """
     if isinstance(body, dict):
         items: list[object] = [body]
@@ -495,7 +585,9 @@ def validate_team_publish(body: object, *, tenant: str, team: str) -> list[TeamP
     out: list[TeamPublishItem] = []
     for index, raw in enumerate(items):
         try:
-            out.append(_item(raw, tenant=tenant, team=team))
+            out.append(
+                _item(raw, tenant=tenant, team=team, fast_event=fast_event, fast_source=fast_source)
+            )
         except InvalidRequest as exc:
             raise InvalidRequest(f"item {index}: {exc.message}") from None
     return out

@@ -240,7 +240,9 @@ AG-UI SSE (D4, D7; it departs from the seed's `uiRunFrames`, see there). `POST \
 {RUN_EVENTS}` publishes to a run's threads stream (D7b). `POST {AGENT_UI}` attaches an \
 AG-UI client to a run that is going; unlike the seed's `uiAgUiRun` on that path it never \
 starts a run (D7). `GET /healthz`, `GET /readyz`, `GET /metrics` and `GET \
-/openapi.json` (this document) are unauthenticated operational routes (D8).
+/openapi.json` (this document) are unauthenticated operational routes (D8). With \
+`GATEWAY_INTERNAL_PORT` set, `/healthz`, `/readyz` and `/metrics` are served on that \
+port only (404 here); `/openapi.json` stays on the client port.
 
 **Errors.** Every error body is exactly `{{"error": {{"code", "message"}}}}` with nothing \
 else. Codes are the seed's (events_ErrorCode, api_ApiErrorCode) plus GatewayErrorCode \
@@ -1374,10 +1376,13 @@ def operational_paths() -> dict[str, Any]:
             "Readiness",
             "Ready to serve: Redis answered recently, the node's read loops are making "
             "progress, and the node is not draining (contract D8). During a drain "
-            "(SIGTERM) it answers 503.",
+            "(SIGTERM) it answers 503. Both answers say how many connections the node "
+            "holds (`connections`). On the internal port when GATEWAY_INTERNAL_PORT is "
+            "set.",
             {
                 "200": {
-                    "description": 'Ready: `{"status": "ready", "reason": "ok"}`.',
+                    "description": 'Ready: `{"status": "ready", "reason": "ok", '
+                    '"connections": {...}}`.',
                     "content": json_content(ref("ReadyBody")),
                 },
                 "503": {
@@ -1570,7 +1575,11 @@ def gateway_schemas() -> dict[str, Any]:
             "type": "object",
             "additionalProperties": False,
             "required": ["status", "reason"],
-            "properties": {"status": {"const": "ready"}, "reason": {"const": "ok"}},
+            "properties": {
+                "status": {"const": "ready"},
+                "reason": {"const": "ok"},
+                "connections": ref("NodeConnections"),
+            },
         },
         "NotReadyBody": {
             "description": "The answer of GET /readyz when the node is not ready.",
@@ -1580,6 +1589,37 @@ def gateway_schemas() -> dict[str, Any]:
             "properties": {
                 "status": {"const": "not_ready"},
                 "reason": {"type": "string", "minLength": 1},
+                "connections": ref("NodeConnections"),
+            },
+        },
+        "NodeConnections": {
+            "description": (
+                'How many connections the node holds (docs/reliability.md, "Connection '
+                'limits"): `open` streams (SSE streams and WebSockets) of at most `limit` '
+                "(GATEWAY_MAX_CONNECTIONS); `sockets` client TCP connections (streams, idle "
+                "keep-alive and publishing connections) of at most `socket_limit` (what the "
+                "open-files limit leaves room for: past it a connection gets 503 and is "
+                "closed); `files`: the process's open-files limit (`soft`, `hard`: null "
+                "when unlimited) and the files it has `open` (null where it cannot tell)."
+            ),
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["open", "limit", "sockets", "socket_limit", "files"],
+            "properties": {
+                "open": {"type": "integer", "minimum": 0},
+                "limit": {"type": "integer", "minimum": 1},
+                "sockets": {"type": "integer", "minimum": 0},
+                "socket_limit": {"type": "integer", "minimum": 1},
+                "files": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "required": ["soft", "hard", "open"],
+                    "properties": {
+                        "soft": {"type": "integer", "minimum": 0},
+                        "hard": {"type": ["integer", "null"], "minimum": 0},
+                        "open": {"type": ["integer", "null"], "minimum": 0},
+                    },
+                },
             },
         },
         "GatewayErrorCode": {

@@ -26,10 +26,15 @@ async def healthz(
 async def readyz(
     services: Services, request: Request, responder: Responder, params: dict[str, str]
 ) -> None:
-    """The node can serve: the store answers, its readers progress, it is not draining."""
+    """The node can serve: the store answers, its readers progress, it is not draining.
+
+    The body also says how many connections the node holds (``connections``: streams,
+    client TCP connections, the open-files limit; gateway/http/capacity.py)."""
     ok, why = await services.ready()
-    body = msgspec.json.encode({"status": "ready" if ok else "not_ready", "reason": why})
-    responder.send(200 if ok else 503, body)
+    answer: dict[str, object] = {"status": "ready" if ok else "not_ready", "reason": why}
+    if services.capacity is not None:
+        answer["connections"] = await services.capacity.snapshot()
+    responder.send(200 if ok else 503, msgspec.json.encode(answer))
 
 
 async def metrics(

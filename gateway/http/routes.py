@@ -80,3 +80,16 @@ ROUTES: tuple[Route, ...] = (
     Route("console", "/console/", {"GET": console.page}, ONLY_GET, public=True),
     Route("console", "/console/{name}", {"GET": console.asset}, ONLY_GET, public=True),
 )
+
+#: The routes of the internal port (GATEWAY_INTERNAL_PORT); with one, the client port
+#: does not serve them (``/openapi.json`` stays there: it documents the public API).
+INTERNAL_NAMES = frozenset({"healthz", "readyz", "metrics"})
+INTERNAL_ROUTES: tuple[Route, ...] = tuple(r for r in ROUTES if r.name in INTERNAL_NAMES)
+
+
+def client_routes(*, internal: bool) -> tuple[Route, ...]:
+    """The client port's routes: all of them, or, with an internal port, all but
+    :data:`INTERNAL_ROUTES` (404 there)."""
+    if not internal:
+        return ROUTES
+    return tuple(r for r in ROUTES if r.name not in INTERNAL_NAMES)

@@ -616,9 +616,75 @@ class HttpConnection(asyncio.Protocol):
             raise anyio.BrokenResourceError
 
 
+#: The message asyncio's selector loop gives its exception handler when ``accept()``
+#: fails for want of files or memory (it then stops accepting for a second).
+ACCEPT_EXHAUSTED = "socket.accept() out of system resource"
+
+#: A refusal's reason label (``gateway_connections_refused_total{reason}``).
+OnRefused = Callable[[str], None]
+
+
+def _refusal(message: str) -> bytes:
+    """The whole answer to a connection refused on arrival: 503, then the close."""
+    body = error_body("unavailable", message)
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", b"%d" % len(body)),
+        (b"retry-after", b"1"),
+    ]
+    return response_head(503, headers, close=True) + body
+
+
+_REFUSED = _refusal("this node holds as many connections as it can: retry later or elsewhere")
+
+
+class _Refused(asyncio.Protocol):
+    """A connection past the server's bound: answered 503 and closed at once (its file
+    is given back before its request is read)."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        conn = cast(asyncio.Transport, transport)
+        conn.write(_REFUSED)
+        conn.close()
+
+
+ExceptionHandler = Callable[[asyncio.AbstractEventLoop, dict[str, Any]], object]
+
+
+class _AcceptWatch:
+    """The loop's exception handler while servers listen on it: a failed ``accept()``
+    of one of their sockets (asyncio reports it here, then pauses accepting for a
+    second) is told to that server instead of logged with a traceback; everything
+    else goes on to the handler that was there before (or the loop's default).
+
+    uvloop never reports a failed accept: libuv closes a spare descriptor, accepts
+    and closes the waiting connections, and opens it again (its "EMFILE trick")."""
+
+    def __init__(self, previous: ExceptionHandler | None) -> None:
+        self.previous = previous
+        #: Listening socket descriptor -> its server.
+        self.servers: dict[int, HttpServer] = {}
+
+    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        if context.get("message") == ACCEPT_EXHAUSTED:
+            sock: Any = context.get("socket")
+            server = None if sock is None else self.servers.get(sock.fileno())
+            if server is not None:
+                server.accept_failed()
+                return
+        if self.previous is not None:
+            self.previous(loop, context)
+        else:
+            loop.default_exception_handler(context)
+
+
 class HttpServer:
     """Listens and runs a task per connection with requests to handle (:meth:`spawn`).
-    Create, then ``await start()``; ``await aclose()`` at the end."""
+    Create, then ``await start()``; ``await aclose()`` at the end.
+
+    ``max_sockets`` bounds the open connections: one more is answered 503 and closed
+    on arrival, and ``on_refused`` is told ``refuse_reason``; a failed ``accept()``
+    (asyncio's loop) tells it ``"accept"``, once per pause of accepting."""
 
     def __init__(
         self,
@@ -626,17 +692,67 @@ class HttpServer:
         *,
         max_body: int,
         requests: LoopCounter | None = None,
+        max_sockets: int | None = None,
+        on_refused: OnRefused | None = None,
+        refuse_reason: str = "files",
     ) -> None:
         self.handler = handler
         self.max_body = max_body
         #: Requests answered by route and status (``gateway_http_requests_total``).
         self._requests = requests
         self.connections: set[HttpConnection] = set()
+        self.max_sockets = max_sockets
+        self._on_refused = on_refused
+        self._refuse_reason = refuse_reason
+        #: Connections made by :meth:`_accept` whose ``connection_made`` has not run yet
+        #: (a loop turn later): counted against ``max_sockets`` until then.
+        self._arriving = 0
+        #: A failed accept was counted in this loop turn (asyncio reports it once per
+        #: waiting connection, up to the backlog, in one turn).
+        self._accept_failing = False
+        self._watch: _AcceptWatch | None = None
         self._server: asyncio.base_events.Server | None = None
         #: The connections' tasks running now (see :meth:`spawn`).
         self._handlers = OwnedTasks()
         #: Set by :meth:`aclose`: the connections it closes are the server's ends.
         self.stopping = False
+
+    @property
+    def open_sockets(self) -> int:
+        """Client connections open now (and arriving)."""
+        return len(self.connections) + self._arriving
+
+    def _accept(self) -> asyncio.Protocol:
+        """The protocol of a connection just accepted: an :class:`HttpConnection`, or,
+        past ``max_sockets``, one that refuses it."""
+        limit = self.max_sockets
+        if limit is not None:
+            if len(self.connections) + self._arriving >= limit:
+                if self._on_refused is not None:
+                    self._on_refused(self._refuse_reason)
+                return _Refused()
+            if not self._arriving:
+                # Both loops run a connection's connection_made (where it joins
+                # ``connections``) in a later turn, after every connection accepted in
+                # this one: scheduled now, this runs before the first of them.
+                asyncio.get_running_loop().call_soon(self._arrived)
+            self._arriving += 1
+        return HttpConnection(self)
+
+    def _arrived(self) -> None:
+        self._arriving = 0
+
+    def accept_failed(self) -> None:
+        """``accept()`` failed on this server's socket (counted once per loop turn)."""
+        if self._accept_failing:
+            return
+        self._accept_failing = True
+        asyncio.get_running_loop().call_soon(self._accept_failed_done)
+        if self._on_refused is not None:
+            self._on_refused("accept")
+
+    def _accept_failed_done(self) -> None:
+        self._accept_failing = False
 
     def spawn(self, fn: RequestTask, request: Request) -> None:
         """Run a connection's task (its requests' handlers, :meth:`HttpConnection._serve`).
@@ -666,16 +782,28 @@ class HttpServer:
         """Start listening; returns the bound port (useful with port 0)."""
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: HttpConnection(self), host, port, reuse_address=True, backlog=2048
+            self._accept, host, port, reuse_address=True, backlog=2048
         )
         # uvloop's ``sockets`` is a list where typeshed says tuple, and compiled code
         # checks annotations: read it untyped.
         sockets: Any = cast(Any, self._server).sockets
+        watch = loop.get_exception_handler()
+        if not isinstance(watch, _AcceptWatch):
+            watch = _AcceptWatch(watch)
+            loop.set_exception_handler(watch)
+        for sock in sockets:
+            watch.servers[sock.fileno()] = self
+        self._watch = watch
         bound: Any = sockets[0].getsockname()
         return int(bound[1])
 
     def stop_listening(self) -> None:
         if self._server is not None:
+            watch, self._watch = self._watch, None
+            if watch is not None:
+                for fd, server in list(watch.servers.items()):
+                    if server is self:
+                        del watch.servers[fd]
             self._server.close()
 
     def close_all(self) -> None:

@@ -11,6 +11,7 @@ from gateway.fanout.driver import Driver
 from gateway.fanout.foldcache import FoldCache
 from gateway.fanout.hub import Hub
 from gateway.fanout.policy import Overflows
+from gateway.http.capacity import Capacity
 from gateway.http.connections import Connections
 from gateway.http.cors import Cors
 from gateway.http.server import Request
@@ -45,6 +46,8 @@ class Services:
     index: FeedIndex | None = None
     #: The latest run of each thread (the AI SDK reconnect route); None: not kept.
     runs: RunIndex | None = None
+    #: The node's connections and their limits, for ``/readyz``; None: not reported.
+    capacity: Capacity | None = None
 
     def principal(self, request: Request) -> Principal:
         """The caller, from ``Authorization: Bearer`` or the ``access_token`` query

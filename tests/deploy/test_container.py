@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path, PurePosixPath
@@ -24,6 +27,8 @@ import dockerfile
 import jsonschema
 import pytest
 import yaml
+
+from tests.support.gateway_process import GatewayProcess
 
 pytestmark = pytest.mark.deploy
 
@@ -216,10 +221,46 @@ def test_runtime_listens_on_all_interfaces_on_the_exposed_port() -> None:
     assert env.get("GATEWAY_HOST") == "0.0.0.0"
     exposed = [p.split("/")[0] for c in runtime.all("EXPOSE") for p in c.value]
     assert exposed == [env.get("GATEWAY_PORT", "8080")]
+    # No internal port by default: /healthz is on the exposed port unless one is set.
+    assert "GATEWAY_INTERNAL_PORT" not in env
     healthcheck = runtime.last("HEALTHCHECK")
-    if healthcheck is not None:
-        urls = re.findall(r"http://[\w.]+:(\d+)/", " ".join(healthcheck.value))
-        assert urls and all(port == exposed[0] for port in urls), healthcheck.original
+    assert healthcheck is not None
+    command = " ".join(healthcheck.value)
+    assert "GATEWAY_INTERNAL_PORT" in command and "GATEWAY_PORT" in command
+    assert "/healthz" in command
+
+
+def healthcheck_argv() -> list[str]:
+    """The image's HEALTHCHECK command, run with this interpreter."""
+    healthcheck = stages()[-1].last("HEALTHCHECK")
+    assert healthcheck is not None
+    cmd, program, *args = healthcheck.value
+    assert (cmd, program) == ("CMD", "python")
+    return [sys.executable, *args]
+
+
+@pytest.mark.anyio
+async def test_the_healthcheck_asks_the_port_that_serves_healthz(tmp_path: Path) -> None:
+    """The HEALTHCHECK command, run for real against a real node: on the internal port
+    when GATEWAY_INTERNAL_PORT is set (the client port answers 404 there), else on
+    GATEWAY_PORT."""
+    node = GatewayProcess("health", tmp_path, {}, internal_port=True)
+    try:
+        await node.start()
+        assert node.internal_port is not None
+
+        def check(env: dict[str, str]) -> int:
+            return subprocess.run(
+                healthcheck_argv(), env=env, capture_output=True, timeout=30
+            ).returncode
+
+        base = {"PATH": os.environ.get("PATH", "")}
+        both = {**base, "GATEWAY_PORT": str(node.port)}
+        assert check({**both, "GATEWAY_INTERNAL_PORT": str(node.internal_port)}) == 0
+        assert check(both) != 0  # /healthz is not on the client port of this node
+        assert check({**base, "GATEWAY_PORT": str(node.internal_port)}) == 0
+    finally:
+        node.kill()
 
 
 def test_runtime_carries_the_builder_venv_on_its_path() -> None:
@@ -491,7 +532,12 @@ def test_prometheus_scrapes_both_gateways() -> None:
     mounts = bind_mounts(prometheus)
     assert config_path in mounts, f"{config_path} is not mounted"
     config = yaml.safe_load(mounts[config_path].read_text())
-    expected = {f"{n}:{exposed_port()}" for n in gateways(doc)}
+    # Each node on its internal port (/metrics is not served on the client port then).
+    expected = {
+        f"{n}:{environment(s).get('GATEWAY_INTERNAL_PORT') or exposed_port()}"
+        for n, s in gateways(doc).items()
+    }
+    assert all(not t.endswith(f":{exposed_port()}") for t in expected), expected
     jobs = {}
     for job in config["scrape_configs"]:
         targets = {t for sc in job.get("static_configs", []) for t in sc["targets"]}

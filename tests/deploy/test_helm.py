@@ -70,6 +70,10 @@ METRICS: dict[str, frozenset[str]] = {
     "gateway_published_items_total": frozenset({"kind", "path"}),
     "gateway_publish_rejections_total": frozenset({"code", "path"}),
     "gateway_limited_total": frozenset({"limit"}),
+    "gateway_connections_refused_total": frozenset({"reason"}),
+    "gateway_validation_disagreements_total": frozenset({"type"}),
+    "gateway_sockets": frozenset(),
+    "gateway_socket_limit": frozenset(),
     "gateway_ready": frozenset(),
     "gateway_build_info": frozenset({"version"}),
     "up": frozenset(),
@@ -156,6 +160,17 @@ def one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
     return found[0]
 
 
+def client_service(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The Service of the client port (the one the Ingress names)."""
+    [service] = [d for d in by_kind(docs, "Service") if d["metadata"]["name"] == FULLNAME]
+    return service
+
+
+def internal_services(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The headless Service of the internal port (rendered for the ServiceMonitor)."""
+    return [d for d in by_kind(docs, "Service") if d["metadata"]["name"] == f"{FULLNAME}-internal"]
+
+
 def container(docs: list[dict[str, Any]]) -> dict[str, Any]:
     containers = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
     assert [c["name"] for c in containers] == ["gateway"]
@@ -190,14 +205,19 @@ def test_lint_reports_bad_values() -> None:
     assert any("replicaCount" in e for e in report["errors"])
 
 
+_BASE_KINDS = ["Deployment", "Service", "ServiceAccount", "PodDisruptionBudget"]
+#: The objects each values set renders ("all": two Services, the client port's and the
+#: internal port's for the ServiceMonitor).
 EXPECTED_KINDS = {
-    "default": {"Deployment", "Service", "ServiceAccount", "PodDisruptionBudget"},
-    "ha": {"Deployment", "Service", "ServiceAccount", "PodDisruptionBudget"}
-    | {"HorizontalPodAutoscaler"},
-    "all": {"Deployment", "Service", "ServiceAccount", "PodDisruptionBudget"}
-    | {"HorizontalPodAutoscaler", "Ingress", "ServiceMonitor", "PrometheusRule", "ConfigMap"},
-    "sentinel": {"Deployment", "Service", "ServiceAccount", "PodDisruptionBudget"},
-    "cluster": {"Deployment", "Service", "ServiceAccount", "PodDisruptionBudget"},
+    "default": _BASE_KINDS,
+    "ha": [*_BASE_KINDS, "HorizontalPodAutoscaler"],
+    "all": [
+        *_BASE_KINDS,
+        *("Service", "HorizontalPodAutoscaler", "Ingress", "ServiceMonitor"),
+        *("PrometheusRule", "ConfigMap"),
+    ],
+    "sentinel": _BASE_KINDS,
+    "cluster": _BASE_KINDS,
 }
 
 
@@ -260,7 +280,7 @@ def test_manifests_validate_against_kubernetes_schemas(values_set: str, kube_ver
         except kubernetes_validate.ValidationError as exc:
             pytest.fail(f"{doc['kind']} {doc['metadata']['name']}: {exc.message} at {exc.path}")
         checked += 1
-    assert checked == len(EXPECTED_KINDS[values_set] - CRD_KINDS)
+    assert checked == len([k for k in EXPECTED_KINDS[values_set] if k not in CRD_KINDS])
 
 
 def test_kubernetes_validation_is_not_vacuous() -> None:
@@ -422,17 +442,23 @@ PROMETHEUS_RULE_SCHEMA = {
 
 def test_monitoring_crds_are_well_formed() -> None:
     docs = rendered("all")
-    service = one(docs, "Service")
+    [service] = internal_services(docs)
     monitor = one(docs, "ServiceMonitor")
     rule = one(docs, "PrometheusRule")
     jsonschema.validate(monitor, SERVICE_MONITOR_SCHEMA)
     jsonschema.validate(rule, PROMETHEUS_RULE_SCHEMA)
-    # The ServiceMonitor finds the Service, by its labels, port name and namespace.
+    # The ServiceMonitor finds the internal port's Service (and not the client one), by
+    # its labels, port name and namespace.
     selector = monitor["spec"]["selector"]["matchLabels"]
     assert selector.items() <= service["metadata"]["labels"].items()
-    assert [p["name"] for p in service["spec"]["ports"]] == ["http"]
+    assert not selector.items() <= client_service(docs)["metadata"]["labels"].items()
+    assert service["spec"]["clusterIP"] == "None"  # headless: every pod is scraped
+    assert service["spec"]["ports"] == [
+        {"name": "internal", "port": 9091, "targetPort": "internal", "protocol": "TCP"}
+    ]
+    assert service["spec"]["selector"] == client_service(docs)["spec"]["selector"]
     [endpoint] = monitor["spec"]["endpoints"]
-    assert endpoint["port"] == "http"
+    assert endpoint["port"] == "internal"
     assert endpoint["path"] == "/metrics"
     assert monitor["spec"]["namespaceSelector"]["matchNames"] == [NAMESPACE]
     # The job name the alert rules select.
@@ -466,15 +492,23 @@ def test_probes_point_at_health_routes(values_set: str) -> None:
     docs = rendered(values_set)
     c = container(docs)
     port = values_for(values_set).get("config", {}).get("port", 8080)
-    assert c["ports"] == [{"name": "http", "containerPort": port, "protocol": "TCP"}]
-    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
-    assert c["startupProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
-    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    internal = values_for(values_set).get("config", {}).get("internalPort", 9090)
+    assert c["ports"] == [
+        {"name": "http", "containerPort": port, "protocol": "TCP"},
+        {"name": "internal", "containerPort": internal, "protocol": "TCP"},
+    ]
+    # The probes use the internal port: the client port answers 404 there.
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "internal"}
+    assert c["startupProbe"]["httpGet"] == {"path": "/healthz", "port": "internal"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "internal"}
     env = env_of(docs)
     assert env["GATEWAY_HOST"]["value"] == "0.0.0.0"
     assert env["GATEWAY_PORT"]["value"] == str(port)
-    service = one(docs, "Service")
-    assert service["spec"]["ports"][0]["targetPort"] == "http"
+    assert env["GATEWAY_INTERNAL_PORT"]["value"] == str(internal)
+    service = client_service(docs)
+    assert service["spec"]["ports"] == [
+        {"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"}
+    ]
     pod_labels = one(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
     assert service["spec"]["selector"].items() <= pod_labels.items()
 
@@ -488,6 +522,46 @@ def drain_budget(docs: list[dict[str, Any]]) -> tuple[int, float, int]:
     drain = float(env_of(docs)["GATEWAY_DRAIN_SECONDS"]["value"])
     grace = one(docs, "Deployment")["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
     return pause, drain, grace
+
+
+def test_the_internal_port_is_never_exposed_to_clients(values_set: str) -> None:
+    """Neither the client Service nor the Ingress carries the internal port: /metrics,
+    /healthz and /readyz are not reachable from outside the cluster."""
+    docs = rendered(values_set)
+    service = client_service(docs)
+    assert [p["targetPort"] for p in service["spec"]["ports"]] == ["http"]
+    internal = values_for(values_set).get("config", {}).get("internalPort", 9090)
+    assert internal not in [p["port"] for p in service["spec"]["ports"]]
+    for ingress in by_kind(docs, "Ingress"):
+        for rule in ingress["spec"]["rules"]:
+            for path in rule["http"]["paths"]:
+                assert path["backend"]["service"] == {"name": FULLNAME, "port": {"name": "http"}}
+    # The only other Service is the headless one of the ServiceMonitor, with no Ingress.
+    for other in by_kind(docs, "Service"):
+        if other is not service:
+            assert other["spec"]["clusterIP"] == "None"
+            assert [p["name"] for p in other["spec"]["ports"]] == ["internal"]
+
+
+def test_without_an_internal_port_everything_stays_on_the_client_port(chart: helm.Chart) -> None:
+    values = values_for("all")
+    values["config"]["internalPort"] = None  # Helm: null removes the default
+    with pytest.raises(
+        helm.HelmRenderError, match=re.escape("internalHost needs config.internalPort")
+    ):
+        render(chart, values)
+    del values["config"]["internalHost"]
+    docs = render(chart, values)
+    c = container(docs)
+    assert [p["name"] for p in c["ports"]] == ["http"]
+    for probe in ("livenessProbe", "startupProbe", "readinessProbe"):
+        assert c[probe]["httpGet"]["port"] == "http"
+    assert "GATEWAY_INTERNAL_PORT" not in env_of(docs)
+    assert internal_services(docs) == []
+    monitor = one(docs, "ServiceMonitor")
+    assert monitor["spec"]["endpoints"][0]["port"] == "http"
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= client_service(docs)["metadata"]["labels"].items()
 
 
 def test_grace_period_outlasts_pre_stop_and_drain(values_set: str) -> None:
@@ -715,7 +789,7 @@ def test_ingress_carries_streaming_annotations(chart: helm.Chart) -> None:
     [rule] = ingress["spec"]["rules"]
     [path] = rule["http"]["paths"]
     assert path["backend"]["service"] == {"name": FULLNAME, "port": {"name": "http"}}
-    assert one(docs, "Service")["metadata"]["name"] == FULLNAME
+    assert client_service(docs)["metadata"]["name"] == FULLNAME
     assert by_kind(rendered("default"), "Ingress") == []
 
     # A key the user gives wins; the streaming set can be switched off.
@@ -956,6 +1030,11 @@ REFUSED = [
         },
         "one pod",
         id="embedded-with-hpa",
+    ),
+    pytest.param(
+        {"config": {"port": 9090, "internalPort": 9090, "drainSeconds": 10}},
+        "config.internalPort must differ from config.port",
+        id="internal-port-is-the-client-port",
     ),
     pytest.param(
         {"autoscaling": {"enabled": True, "minReplicas": 5, "maxReplicas": 3}},

@@ -26,7 +26,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -68,7 +68,11 @@ def base_env(extra: Mapping[str, str]) -> dict[str, str]:
 
 
 class GatewayProcess:
-    """One ``gateway serve`` process; it keeps its port across restarts."""
+    """One ``gateway serve`` process; it keeps its port across restarts.
+
+    With ``internal_port`` (True: a free one) the node serves ``/readyz`` and
+    ``/metrics`` there (``GATEWAY_INTERNAL_PORT``), and this class asks there.
+    ``preexec`` runs in the child before the exec (e.g. to lower its limits)."""
 
     def __init__(
         self,
@@ -78,10 +82,16 @@ class GatewayProcess:
         *,
         host: str = "127.0.0.1",
         port: int | None = None,
+        internal_port: int | bool | None = None,
+        preexec: Callable[[], None] | None = None,
     ) -> None:
         self.name = name
         self.host = host
         self.port = port if port is not None else free_port()
+        if internal_port is True:
+            internal_port = free_port()
+        self.internal_port: int | None = internal_port or None
+        self.preexec = preexec
         self.env = dict(env)
         self.log = Path(log_dir) / f"{name}.log"
         self.starts = 0
@@ -92,6 +102,13 @@ class GatewayProcess:
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
+
+    @property
+    def ops_url(self) -> str:
+        """Where ``/readyz`` and ``/metrics`` are: the internal port, or :attr:`url`."""
+        if self.internal_port is None:
+            return self.url
+        return f"http://{self.host}:{self.internal_port}"
 
     @property
     def ws_url(self) -> str:
@@ -118,6 +135,15 @@ class GatewayProcess:
         self.starts += 1
         env = base_env(self.env)
         env.update(GATEWAY_HOST=self.host, GATEWAY_PORT=str(self.port))
+        if self.internal_port is not None:
+            env.update(GATEWAY_INTERNAL_PORT=str(self.internal_port))
+        preexec = self.preexec
+
+        def before_exec() -> None:
+            _sigint_default()
+            if preexec is not None:
+                preexec()
+
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with self.log.open("ab") as out:
             out.write(f"=== start {self.starts} of {self.name} on {self.url} ===\n".encode())
@@ -129,7 +155,7 @@ class GatewayProcess:
                 stderr=subprocess.STDOUT,
                 env=env,
                 cwd=ROOT,
-                preexec_fn=_sigint_default,
+                preexec_fn=before_exec,
             )
 
     async def start(self, within: float = START_TIMEOUT) -> Self:
@@ -148,7 +174,7 @@ class GatewayProcess:
         """Poll ``/readyz`` until 200; fail with the log tail if the process exits or it
         takes longer than ``within`` seconds."""
         deadline = time.monotonic() + within
-        async with httpx.AsyncClient(base_url=self.url, timeout=2) as client:
+        async with httpx.AsyncClient(base_url=self.ops_url, timeout=2) as client:
             while True:
                 if not self.running:
                     raise RuntimeError(
@@ -213,7 +239,7 @@ class GatewayProcess:
 
     async def metrics(self) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
         """``/metrics`` as ``{(sample name, labels): value}``."""
-        async with httpx.AsyncClient(base_url=self.url, timeout=REQUEST_TIMEOUT) as client:
+        async with httpx.AsyncClient(base_url=self.ops_url, timeout=REQUEST_TIMEOUT) as client:
             r = await client.get("/metrics")
         r.raise_for_status()
         samples: dict[tuple[str, frozenset[tuple[str, str]]], float] = {}
@@ -228,7 +254,7 @@ class GatewayProcess:
 
     async def readyz(self, request_timeout: float = REQUEST_TIMEOUT) -> tuple[int, str]:
         """One ``/readyz`` request: (status, body)."""
-        async with httpx.AsyncClient(base_url=self.url, timeout=request_timeout) as client:
+        async with httpx.AsyncClient(base_url=self.ops_url, timeout=request_timeout) as client:
             r = await client.get("/readyz")
         return r.status_code, r.text
 

@@ -43,6 +43,16 @@ app.kubernetes.io/part-of: agent-gateway
 {{- end }}
 {{- end }}
 
+{{/* The container port of /healthz, /readyz and /metrics: the internal one when set. */}}
+{{- define "gateway.opsPort" -}}
+{{- if .Values.config.internalPort }}internal{{ else }}http{{ end }}
+{{- end }}
+
+{{/* The label that tells the internal Service (the ServiceMonitor's) from the client one. */}}
+{{- define "gateway.internalServiceLabel" -}}
+agent-gateway/service: internal
+{{- end }}
+
 {{- define "gateway.image" -}}
 {{- if .Values.image.digest }}
 {{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
@@ -71,6 +81,12 @@ as integers.
 {{- $grace := float64 .Values.terminationGracePeriodSeconds }}
 {{- if le $grace (addf $pause $drain) }}
 {{- fail (printf "terminationGracePeriodSeconds (%v) must be greater than preStopSleepSeconds (%v) + config.drainSeconds (%v): the kubelet would kill the pod before its streams are drained" .Values.terminationGracePeriodSeconds .Values.preStopSleepSeconds .Values.config.drainSeconds) }}
+{{- end }}
+{{- if and .Values.config.internalPort (eq (int .Values.config.internalPort) (int .Values.config.port)) }}
+{{- fail "config.internalPort must differ from config.port" }}
+{{- end }}
+{{- if and .Values.config.internalHost (not .Values.config.internalPort) }}
+{{- fail "config.internalHost needs config.internalPort" }}
 {{- end }}
 {{- if .Values.redis.embedded }}
 {{- if or .Values.redis.existingSecret .Values.redis.url }}
