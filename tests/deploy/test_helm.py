@@ -50,7 +50,17 @@ KUBE_VERSIONS = ("1.27.0", "1.37.0")
 
 #: Settings the chart sets itself rather than through ``config``.
 CHART_MANAGED = frozenset(
-    {"host", "redis_url", "jwt_secret", "jwt_public_key_file", "jwt_jwks_file", "node_id"}
+    {
+        "host",
+        "redis_url",
+        "redis_sentinel_username",
+        "redis_sentinel_password",
+        "redis_sentinel_tls",
+        "jwt_secret",
+        "jwt_public_key_file",
+        "jwt_jwks_file",
+        "node_id",
+    }
 )
 
 #: Metric names the alert rules may use, with their labels (issue 7; gateway/metrics.py).
@@ -234,7 +244,21 @@ def test_sentinel_values_give_the_gateway_a_sentinel_url_with_the_password_from_
     url = env["GATEWAY_REDIS_URL"]["value"]
     hosts = ",".join(f"redis-sentinel-{i}.redis-sentinel:26379" for i in range(3))
     assert url == f"redis+sentinel://:$(REDIS_MASTER_PASSWORD)@{hosts}/mymaster/0"
-    load({}, {"GATEWAY_REDIS_URL": url.replace("$(REDIS_MASTER_PASSWORD)", "pw")})
+    # The Sentinels' own credentials: a user in clear, the password from a Secret.
+    assert env["GATEWAY_REDIS_SENTINEL_USERNAME"]["value"] == "gateway"
+    assert env["GATEWAY_REDIS_SENTINEL_PASSWORD"]["valueFrom"]["secretKeyRef"] == {
+        "name": "gateway-sentinel-password",
+        "key": "password",
+    }
+    assert "GATEWAY_REDIS_SENTINEL_TLS" not in env
+    load(
+        {},
+        {
+            "GATEWAY_REDIS_URL": url.replace("$(REDIS_MASTER_PASSWORD)", "pw"),
+            "GATEWAY_REDIS_SENTINEL_USERNAME": "gateway",
+            "GATEWAY_REDIS_SENTINEL_PASSWORD": "sentinel-pw",
+        },
+    )
 
 
 def test_cluster_values_point_the_gateway_at_a_cluster_seed_from_a_secret() -> None:
