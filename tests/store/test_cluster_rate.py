@@ -55,8 +55,15 @@ def on_cluster(cluster: RedisCluster, command: str, key: str, *args: Any) -> Any
 
 
 def tokens(cluster: RedisCluster, prefix: str, tenant: str = TENANT) -> float:
-    value = on_cluster(cluster, "GET", f"{prefix}:rate:{{{tenant}}}")
-    return float(BURST) if value is None else float(value.split()[0])
+    """What the tenant's bucket holds now: the key is the moment (server clock, µs) the
+    bucket is full again, and the rate too slow to matter here."""
+    key = f"{prefix}:rate:{{{tenant}}}"
+    value = on_cluster(cluster, "GET", key)
+    if value is None:
+        return float(BURST)
+    with client(cluster.owner(cluster.keyslot(key)).port) as c:
+        seconds, micros = c.time()
+    return BURST - (float(value) - (seconds * 1e6 + micros)) * STILL / 1e6
 
 
 def held(cluster: RedisCluster, prefix: str, team: str) -> set[str]:
