@@ -290,14 +290,17 @@ class RedisFeeds(FeedStore):
         refused as reused or moved) is given back by another.  An append that failed
         (Unavailable: it may have happened) keeps what it took."""
         await self.take(charge)
+        reply = await self._run(feed, "append", retention, items, align, expect)
+        refused: GatewayError | None = None
         try:
-            reply = await self._run(feed, "append", retention, items, align, expect)
             result = self._appended(feed, reply)
-        except (IdempotencyKeyReused, HeadMoved):
+        except (IdempotencyKeyReused, HeadMoved) as exc:
+            refused = exc  # given back outside the handler (README, "The compiled hot path")
+        if refused is not None or (reply[1] == reply[7] and reply[2] == reply[8]):
+            # Refused, or epoch and head as they were: nothing appended.
             await self._give_back(charge)
-            raise
-        if reply[1] == reply[7] and reply[2] == reply[8]:  # epoch and head as they were
-            await self._give_back(charge)
+        if refused is not None:
+            raise refused
         return result
 
     async def take(self, charge: Charge, publish: tuple[str | bytes, bytes] | None = None) -> None:
