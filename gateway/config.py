@@ -221,8 +221,9 @@ SETTINGS_HELP: dict[str, str] = {
     "past it new ones are refused with 429 rate_limited.",
     "max_tenant_connections": "Open streams one tenant may hold on one node; past it that "
     "tenant's new ones are refused with 429 rate_limited.",
-    "publish_rate": "Items per second one tenant may publish through HTTP (token bucket; "
-    "the Redis inbox and the Python producer are not limited).",
+    "publish_rate": "Items per second one tenant may publish through HTTP, across every "
+    "node on the same Redis (one token bucket per tenant in Redis; per node on the embedded "
+    "store; the Redis inbox and the Python producer are not limited).",
     "publish_burst": "Items one tenant may publish through HTTP at once (token bucket size); "
     "a request over the limit is refused whole with 429 and Retry-After.",
     "cors_origins": "Comma-separated origins allowed to follow SSE routes from a browser "

@@ -58,6 +58,7 @@ from gateway.errors import (
 from gateway.fanout.foldcache import BLOCK as FOLD_BLOCK
 from gateway.fanout.foldcache import FoldCache
 from gateway.feed import AppendResult, FeedKey, FeedState, NewItem, is_run_part, run_feed
+from gateway.limits import Charge
 from gateway.store.base import FeedStore
 
 log = structlog.get_logger("gateway.publish_dialects")
@@ -177,13 +178,19 @@ class DialectRuns:
     # -- SparkTide --------------------------------------------------------------------
 
     async def sparktide(
-        self, tenant: str, body: object, *, authorize: Authorize | None = None
+        self,
+        tenant: str,
+        body: object,
+        *,
+        authorize: Authorize | None = None,
+        charge: Charge | None = None,
     ) -> tuple[list[Cursor], int]:
         """Publish a SparkTide body (one event or an array, one run), all or nothing.
 
         Returns one cursor per event (the cursor of the last AG-UI event derived from
         it; a retried event's first cursor) and how many items were appended.  Raises
-        InvalidRequest (400), IdempotencyKeyReused (409), NotFound (from ``authorize``)
+        InvalidRequest (400), IdempotencyKeyReused (409), NotFound (from ``authorize``),
+        RateLimited (``charge``, taken by the append: a body of retries takes nothing)
         or Unavailable.
         """
         try:
@@ -199,7 +206,7 @@ class DialectRuns:
             raced = False
             for _ in range(REPLANS):
                 try:
-                    return await self._sparktide_once(feed, events, array)
+                    return await self._sparktide_once(feed, events, array, charge)
                 except HeadMoved:
                     self._replanned(feed)
                 except _Raced as exc:
@@ -216,7 +223,7 @@ class DialectRuns:
         raise _busy()
 
     async def _sparktide_once(
-        self, feed: FeedKey, events: list[Event], array: bool
+        self, feed: FeedKey, events: list[Event], array: bool, charge: Charge | None
     ) -> tuple[list[Cursor], int]:
         head = await self.feeds.state(feed)
         state = await self._sparktide_state(feed, head, events, array)
@@ -232,7 +239,7 @@ class DialectRuns:
             return [held[p.key][1] for p in planned], 0
         terminal = any(e["type"] in TERMINAL for p in planned for e in p.derived)
         try:
-            result = await self._append(feed, head, new, terminal=terminal)
+            result = await self._append(feed, head, new, terminal=terminal, charge=charge)
         except IdempotencyKeyReused as exc:
             raise _Raced from exc
         if self._continued(head, result, len(new)):
@@ -379,13 +386,15 @@ class DialectRuns:
         body: object,
         *,
         idempotency_key: str | None = None,
+        charge: Charge | None = None,
     ) -> tuple[list[Cursor], int]:
         """Publish A2UI messages (one or an array) to a run, all or nothing.
 
         The run must have started (its feed holds ``RUN_STARTED``) and not ended.
         ``idempotency_key`` makes a retried request safe: the same key with the same
         messages answers the first cursors, with other messages (or another number of
-        them) 409.  Returns one cursor per message and how many items were appended.
+        them) 409.  ``charge`` is taken by the append (a retry takes nothing).  Returns
+        one cursor per message and how many items were appended.
         """
         if not is_run_part(thread_id):
             raise InvalidRequest("thread_id: must match ^[A-Za-z0-9_.-]{1,128}$")
@@ -398,13 +407,13 @@ class DialectRuns:
         async with self.locks.hold(feed):
             for _ in range(REPLANS):
                 try:
-                    return await self._a2ui_once(feed, body, key)
+                    return await self._a2ui_once(feed, body, key, charge)
                 except HeadMoved:
                     self._replanned(feed)
         raise _busy()
 
     async def _a2ui_once(
-        self, feed: FeedKey, body: object, key: str | None
+        self, feed: FeedKey, body: object, key: str | None, charge: Charge | None
     ) -> tuple[list[Cursor], int]:
         head = await self.feeds.state(feed)
         if head is None or head.head == 0:
@@ -442,7 +451,7 @@ class DialectRuns:
             for i, event in enumerate(derived)
         ]
         try:
-            result = await self._append(feed, head, new, terminal=False)
+            result = await self._append(feed, head, new, terminal=False, charge=charge)
         except IdempotencyKeyReused as exc:
             raise IdempotencyKeyReused(
                 "Idempotency-Key was already used for different messages"
@@ -474,14 +483,26 @@ class DialectRuns:
     # -- both -------------------------------------------------------------------------
 
     async def _append(
-        self, feed: FeedKey, head: FeedState | None, new: list[NewItem], *, terminal: bool
+        self,
+        feed: FeedKey,
+        head: FeedState | None,
+        new: list[NewItem],
+        *,
+        terminal: bool,
+        charge: Charge | None = None,
     ) -> AppendResult:
         """Append to the run feed as the AG-UI route does (whole-block retention, the
         finished run's grace period, the fold kept before retention trims the start),
-        if its head is still ``head``: else HeadMoved, nothing written."""
+        if its head is still ``head``: else HeadMoved, nothing written (and ``charge``
+        not taken: the next plan's append takes it)."""
         expect = Cursor(0, 0) if head is None else head.head_cursor
         result = await self.feeds.append(
-            feed, new, retention=self.run_retention, align=FOLD_BLOCK, expect=expect
+            feed,
+            new,
+            retention=self.run_retention,
+            align=FOLD_BLOCK,
+            expect=expect,
+            charge=charge,
         )
         if terminal and self.run_finished_ttl > 0:
             await self.feeds.expire(feed, self.run_finished_ttl)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import msgspec
@@ -29,6 +29,7 @@ from gateway.feed import (
     run_feed,
     team_feed,
 )
+from gateway.limits import Charge, PublishRate
 from gateway.metrics import Metrics
 from gateway.publish_dialects import Authorize, DialectRuns
 from gateway.runstream import check_messages, seq_key
@@ -105,11 +106,11 @@ class Publisher:
         raw: bytes,
         *,
         via: Via,
-        admit: Callable[[int], None] | None = None,
+        rate: PublishRate | None = None,
     ) -> list[Cursor]:
         """:meth:`publish_team` for a body still in JSON text (HTTP, the inbox)."""
         body = self._decoded(raw, via)
-        return await self.publish_team(tenant, team, body, via=via, admit=admit)
+        return await self.publish_team(tenant, team, body, via=via, rate=rate)
 
     def _decoded(self, raw: bytes, via: Via) -> object:
         """The body's JSON; a body that is not JSON is counted as rejected and raised."""
@@ -131,21 +132,22 @@ class Publisher:
         body: object,
         *,
         via: Via,
-        admit: Callable[[int], None] | None = None,
+        rate: PublishRate | None = None,
     ) -> list[Cursor]:
         """Validate a D4 body (one item or an array) and append it, all or nothing.
 
-        Raises InvalidRequest, IdempotencyKeyReused or Unavailable.  ``via`` names the
-        entry path for metrics.  ``admit``, if given, is called
-        with the number of items before any validation and may refuse the whole body
-        by raising (the HTTP route's publish rate limit).
+        Raises InvalidRequest, IdempotencyKeyReused, RateLimited or Unavailable.  ``via``
+        names the entry path for metrics.  ``rate``, if given (the HTTP routes), is the
+        tenant's publish rate: the append takes the body's item count from the tenant's
+        bucket or refuses the whole body (see ``_charge``).
         """
         try:
-            if admit is not None:
-                admit(len(body) if isinstance(body, list) else 1)
+            charge = _charge(rate, tenant, body)
             new = self._team_items(tenant, team, body)
             feed = team_feed(tenant, team)
-            result = await self.feeds.append(feed, new, retention=self.team_retention)
+            result = await self.feeds.append(
+                feed, new, retention=self.team_retention, charge=charge
+            )
         except Exception as exc:
             self.reject(exc, via)
             raise
@@ -217,7 +219,7 @@ class Publisher:
         *,
         via: Via,
         idempotency_key: str | None = None,
-        admit: Callable[[int], None] | None = None,
+        rate: PublishRate | None = None,
     ) -> list[Cursor]:
         """:meth:`publish_run` for a body still in JSON text (HTTP, the inbox)."""
         body = self._decoded(raw, via)
@@ -228,7 +230,7 @@ class Publisher:
             body,
             via=via,
             idempotency_key=idempotency_key,
-            admit=admit,
+            rate=rate,
         )
 
     async def publish_run(
@@ -240,7 +242,7 @@ class Publisher:
         *,
         via: Via,
         idempotency_key: str | None = None,
-        admit: Callable[[int], None] | None = None,
+        rate: PublishRate | None = None,
     ) -> list[Cursor]:
         """Validate AG-UI events (one or an array, D4/D7) and append them, all or nothing.
 
@@ -248,11 +250,11 @@ class Publisher:
         events answers the first cursors again, with other events 409.  A run's
         RUN_FINISHED or RUN_ERROR starts its grace period (``run_finished_ttl``), after
         which the feed is deleted.  A RUN_STARTED makes the run its thread's latest
-        (``runs``, after the append: a step of its own).
+        (``runs``, after the append: a step of its own).  ``rate`` as for
+        :meth:`publish_team`.
         """
         try:
-            if admit is not None:
-                admit(len(body) if isinstance(body, list) else 1)
+            charge = _charge(rate, tenant, body)
             if not is_run_part(thread_id):
                 raise InvalidRequest("thread_id: must match ^[A-Za-z0-9_.-]{1,128}$")
             if not is_run_part(run_id):
@@ -276,7 +278,7 @@ class Publisher:
             if idempotency_key is not None:
                 await self._check_request_key(feed, idempotency_key, len(new))
             result = await self.feeds.append(
-                feed, new, retention=self.run_retention, align=FOLD_BLOCK
+                feed, new, retention=self.run_retention, align=FOLD_BLOCK, charge=charge
             )
             ended = any(e["type"] in TERMINAL for e in events)
             if self.run_finished_ttl > 0 and ended:
@@ -339,11 +341,11 @@ class Publisher:
         raw: bytes,
         *,
         via: Via,
-        admit: Callable[[int], None] | None = None,
+        rate: PublishRate | None = None,
     ) -> list[Cursor | None]:
         """:meth:`publish_run_stream` for a body still in JSON text."""
         body = self._decoded(raw, via)
-        return await self.publish_run_stream(tenant, thread_id, run_id, body, via=via, admit=admit)
+        return await self.publish_run_stream(tenant, thread_id, run_id, body, via=via, rate=rate)
 
     async def publish_run_stream(
         self,
@@ -353,7 +355,7 @@ class Publisher:
         body: object,
         *,
         via: Via,
-        admit: Callable[[int], None] | None = None,
+        rate: PublishRate | None = None,
     ) -> list[Cursor | None]:
         """Publish SseMessages to a run's threads stream (D7b), in order.
 
@@ -362,10 +364,12 @@ class Publisher:
         (answered with its cursor), with another body 409.  The result is stored too
         (key ``result``); ``delta`` and ``status`` messages go to live followers only
         (their cursor is None).  Everything is checked before anything is sent.
+        ``rate`` as for :meth:`publish_team`: the whole body's count is taken by the
+        first of its store steps (an append, or a transient message's publish) that
+        does something new, so a refused body sends nothing.
         """
         try:
-            if admit is not None:
-                admit(len(body) if isinstance(body, list) else 1)
+            charge = _charge(rate, tenant, body)
             if not is_run_part(thread_id) or not is_run_part(run_id):
                 raise InvalidRequest("thread_id and run_id must match ^[A-Za-z0-9_.-]{1,128}$")
             messages = check_messages(body, thread_id=thread_id, run_id=run_id)
@@ -386,7 +390,9 @@ class Publisher:
 
             async def flush() -> None:
                 if pending:
-                    result = await self.feeds.append(feed, pending, retention=self.run_retention)
+                    result = await self.feeds.append(
+                        feed, pending, retention=self.run_retention, charge=_due(charge)
+                    )
                     cursors.extend(result.cursors)
                     pending.clear()
 
@@ -402,7 +408,9 @@ class Publisher:
                     pending.append(NewItem("result", data))
                 else:
                     await flush()
-                    await self.live.broadcast(feed, msgspec.json.encode(message))
+                    await self.live.broadcast(
+                        feed, msgspec.json.encode(message), charge=_due(charge)
+                    )
                     cursors.append(None)
             await flush()
             if self.run_finished_ttl > 0 and any(m["kind"] == "result" for m in messages):
@@ -421,12 +429,12 @@ class Publisher:
         raw: bytes,
         *,
         via: Via,
-        admit: Callable[[int], None] | None = None,
+        rate: PublishRate | None = None,
         authorize: Authorize | None = None,
     ) -> list[Cursor]:
         """:meth:`publish_sparktide` for a body still in JSON text (HTTP, the inbox)."""
         body = self._decoded(raw, via)
-        return await self.publish_sparktide(tenant, body, via=via, admit=admit, authorize=authorize)
+        return await self.publish_sparktide(tenant, body, via=via, rate=rate, authorize=authorize)
 
     async def publish_sparktide(
         self,
@@ -434,7 +442,7 @@ class Publisher:
         body: object,
         *,
         via: Via,
-        admit: Callable[[int], None] | None = None,
+        rate: PublishRate | None = None,
         authorize: Authorize | None = None,
     ) -> list[Cursor]:
         """Translate SparkTide events (one or an array of one run) to AG-UI and append
@@ -442,13 +450,15 @@ class Publisher:
 
         One cursor per SparkTide event: that of the last AG-UI event derived from it (a
         retried event answers its first cursor).  ``authorize(thread_id, run_id)`` may
-        refuse the run the body names (the HTTP route's ``threads`` claim); ``admit``
-        is called with the number of events first.
+        refuse the run the body names (the HTTP route's ``threads`` claim); ``rate`` as
+        for :meth:`publish_team`, counting SparkTide events (a body of retries only
+        appends nothing and takes nothing).
         """
         try:
-            if admit is not None:
-                admit(len(body) if isinstance(body, list) else 1)
-            cursors, appended = await self.dialects.sparktide(tenant, body, authorize=authorize)
+            charge = _charge(rate, tenant, body)
+            cursors, appended = await self.dialects.sparktide(
+                tenant, body, authorize=authorize, charge=charge
+            )
         except Exception as exc:
             self.reject(exc, via)
             raise
@@ -468,12 +478,12 @@ class Publisher:
         *,
         via: Via,
         idempotency_key: str | None = None,
-        admit: Callable[[int], None] | None = None,
+        rate: PublishRate | None = None,
     ) -> list[Cursor]:
         """:meth:`publish_a2ui` for a body still in JSON text (HTTP, the inbox)."""
         body = self._decoded(raw, via)
         return await self.publish_a2ui(
-            tenant, thread_id, run_id, body, via=via, idempotency_key=idempotency_key, admit=admit
+            tenant, thread_id, run_id, body, via=via, idempotency_key=idempotency_key, rate=rate
         )
 
     async def publish_a2ui(
@@ -485,16 +495,16 @@ class Publisher:
         *,
         via: Via,
         idempotency_key: str | None = None,
-        admit: Callable[[int], None] | None = None,
+        rate: PublishRate | None = None,
     ) -> list[Cursor]:
         """Check A2UI messages (one or an array) against the seed and the run's surfaces
         and append them to the run feed as AG-UI activities, all or nothing; one cursor
-        per message.  ``idempotency_key`` as for :meth:`publish_run`."""
+        per message.  ``idempotency_key`` as for :meth:`publish_run`, ``rate`` as for
+        :meth:`publish_team` (counting messages)."""
         try:
-            if admit is not None:
-                admit(len(body) if isinstance(body, list) else 1)
+            charge = _charge(rate, tenant, body)
             cursors, appended = await self.dialects.a2ui(
-                tenant, thread_id, run_id, body, idempotency_key=idempotency_key
+                tenant, thread_id, run_id, body, idempotency_key=idempotency_key, charge=charge
             )
         except Exception as exc:
             self.reject(exc, via)
@@ -503,3 +513,17 @@ class Publisher:
         if self.activity is not None and appended:
             await self.activity.record(run_feed(tenant, thread_id, run_id))
         return cursors
+
+
+def _charge(rate: PublishRate | None, tenant: str, body: object) -> Charge | None:
+    """What a body costs at the tenant's publish rate: its item count (an array's
+    length, else 1); None without a rate.  A body over the burst is refused here
+    (RateLimited), before any validation."""
+    if rate is None:
+        return None
+    return rate.charge(tenant, len(body) if isinstance(body, list) else 1)
+
+
+def _due(charge: Charge | None) -> Charge | None:
+    """The charge for a request's next store step: None once a step took it."""
+    return None if charge is None or charge.taken else charge

@@ -17,6 +17,7 @@ from gateway.dialects.sparktide_agui import plan
 from gateway.errors import IdempotencyKeyReused, InvalidRequest, Unavailable
 from gateway.fanout.foldcache import FoldCache
 from gateway.feed import AppendResult, FeedKey, NewItem, run_feed
+from gateway.limits import Charge
 from gateway.publish_dialects import REPLANS, DialectRuns, RunLocks
 from gateway.store.memory import MemoryStore
 from tests.dialects.a2ui_runs import create, data
@@ -50,13 +51,16 @@ class CountingStore(MemoryStore):
         retention: int,
         align: int = 0,
         expect: Cursor | None = None,
+        charge: Charge | None = None,
     ) -> AppendResult:
         if self.cut_in:
             other = self.cut_in if self.always else self.cut_in[:]
             if not self.always:
                 self.cut_in = []
             await super().append(feed, other, retention=retention, align=align)
-        return await super().append(feed, items, retention=retention, align=align, expect=expect)
+        return await super().append(
+            feed, items, retention=retention, align=align, expect=expect, charge=charge
+        )
 
 
 def runs(store: MemoryStore) -> DialectRuns:

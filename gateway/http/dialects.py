@@ -24,12 +24,12 @@ async def publish_sparktide(
     services: Services, request: Request, responder: Responder, params: dict[str, str]
 ) -> None:
     """``POST /v1/sparktide/events``: one cursor per SparkTide event."""
-    principal, admit = start_publish(services, request, lambda p: None)
+    principal, rate = start_publish(services, request, lambda p: None)
     cursors = await services.publisher.publish_sparktide_json(
         principal.tenant,
         request.body,
         via=Via.HTTP,
-        admit=admit,
+        rate=rate,
         authorize=lambda thread_id, run_id: access.run_for(principal, thread_id, run_id),
     )
     send_cursors(responder, cursors)
@@ -40,7 +40,7 @@ async def publish_a2ui(
 ) -> None:
     """``POST .../a2ui``: one cursor per A2UI message; ``Idempotency-Key`` as for AG-UI."""
     thread_id, run_id = params["thread_id"], params["run_id"]
-    principal, admit = start_publish(
+    principal, rate = start_publish(
         services, request, lambda p: access.run_for(p, thread_id, run_id)
     )
     cursors = await services.publisher.publish_a2ui_json(
@@ -50,6 +50,6 @@ async def publish_a2ui(
         request.body,
         via=Via.HTTP,
         idempotency_key=request.headers.get("idempotency-key"),
-        admit=admit,
+        rate=rate,
     )
     send_cursors(responder, cursors)

@@ -11,18 +11,18 @@ from gateway.cursor import Cursor
 from gateway.errors import Forbidden, UnsupportedMediaType
 from gateway.http.server import Request, Responder
 from gateway.http.services import Services
+from gateway.limits import PublishRate
 from gateway.publisher import Via
-
-#: Applies the tenant's publish rate to a body's item count (raises RateLimited).
-Admit = Callable[[int], None]
 
 
 def start_publish(
     services: Services, request: Request, may_publish: Callable[[Principal], object]
-) -> tuple[Principal, Admit]:
+) -> tuple[Principal, PublishRate]:
     """The checks every HTTP publish route makes, in order: a token with the ``publish``
     scope (403), ``may_publish`` (raises NotFound for a feed outside the token's claims),
-    a JSON body (415, counted).  Returns the principal and the ``admit`` callback.
+    a JSON body (415, counted).  Returns the principal and the publish rate the route
+    hands to the publisher (``rate=``): HTTP publishing is what the rate limits (D4.5),
+    taken with the items in the store's append step (docs/storage.md).
     """
     principal = services.principal(request)
     if "publish" not in principal.scopes:
@@ -33,13 +33,7 @@ def start_publish(
     except UnsupportedMediaType as exc:
         services.publisher.reject(exc, Via.HTTP)
         raise
-    tenant = principal.tenant
-    rate = services.publish_rate
-
-    def admit(items: int) -> None:
-        rate.take(tenant, items)
-
-    return principal, admit
+    return principal, services.publish_rate
 
 
 def send_cursors(responder: Responder, cursors: Sequence[Cursor | None]) -> None:

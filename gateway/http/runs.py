@@ -82,7 +82,7 @@ async def publish(
 ) -> None:
     """``POST .../ui/ag-ui``: AG-UI events (one or an array), all or nothing."""
     thread_id, run_id = params["thread_id"], params["run_id"]
-    principal, admit = start_publish(
+    principal, rate = start_publish(
         services, request, lambda p: access.run_for(p, thread_id, run_id)
     )
     cursors = await services.publisher.publish_run_json(
@@ -92,7 +92,7 @@ async def publish(
         request.body,
         via=Via.HTTP,
         idempotency_key=request.headers.get("idempotency-key"),
-        admit=admit,
+        rate=rate,
     )
     send_cursors(responder, cursors)
 
@@ -147,10 +147,10 @@ async def publish_stream(
 ) -> None:
     """``POST .../events``: SseMessages in order (D7b)."""
     thread_id, run_id = params["thread_id"], params["run_id"]
-    principal, admit = start_publish(
+    principal, rate = start_publish(
         services, request, lambda p: access.run_for(p, thread_id, run_id)
     )
     cursors = await services.publisher.publish_run_stream_json(
-        principal.tenant, thread_id, run_id, request.body, via=Via.HTTP, admit=admit
+        principal.tenant, thread_id, run_id, request.body, via=Via.HTTP, rate=rate
     )
     send_cursors(responder, cursors)

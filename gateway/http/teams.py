@@ -36,8 +36,8 @@ async def publish(
 ) -> None:
     """``POST /v1/teams/{team}/events``: one item or an array, all or nothing."""
     team = params["team"]
-    principal, admit = start_publish(services, request, lambda p: access.team_for(p, team))
+    principal, rate = start_publish(services, request, lambda p: access.team_for(p, team))
     cursors = await services.publisher.publish_team_json(
-        principal.tenant, team, request.body, via=Via.HTTP, admit=admit
+        principal.tenant, team, request.body, via=Via.HTTP, rate=rate
     )
     send_cursors(responder, cursors)

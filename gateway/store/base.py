@@ -34,6 +34,7 @@ import msgspec
 from gateway.cursor import Cursor
 from gateway.errors import IdempotencyKeyReused, Unavailable
 from gateway.feed import AppendResult, FeedKey, FeedKind, FeedState, NewItem, StoredItem
+from gateway.limits import Charge
 from gateway.store.known import KnownPositions
 
 
@@ -104,6 +105,7 @@ class FeedStore(abc.ABC):
         retention: int,
         align: int = 0,
         expect: Cursor | None = None,
+        charge: Charge | None = None,
     ) -> AppendResult:
         """Append ``items`` in order as one atomic step; see the module docstring.
 
@@ -117,8 +119,14 @@ class FeedStore(abc.ABC):
         interleave with another (docs/storage.md).  A batch whose items are all
         retries (keys already held) is answered whatever the head.
 
-        Raises IdempotencyKeyReused (message names the item index), HeadMoved or
-        Unavailable.
+        With ``charge`` (an HTTP publish request's items) the step takes the request's
+        item count from its tenant's publish-rate bucket, or raises RateLimited and
+        writes nothing; a batch of retries only takes nothing.  The rate is checked
+        after everything else, so a batch refused for another reason takes nothing
+        either (docs/storage.md, "The publish rate").
+
+        Raises IdempotencyKeyReused (message names the item index), HeadMoved,
+        RateLimited or Unavailable.
         """
 
     async def append_many(
@@ -243,11 +251,13 @@ class LiveFeed(abc.ABC):
         await anyio.sleep(seconds)
 
     @abc.abstractmethod
-    async def broadcast(self, feed: FeedKey, data: bytes) -> None:
+    async def broadcast(self, feed: FeedKey, data: bytes, charge: Charge | None = None) -> None:
         """Send ``data`` to the feed's live followers on every node; never stored.
 
         Followers get it in :attr:`Batch.transient` of their next read; a node not
         following the feed at that moment never sees it (transient by definition).
+        With ``charge`` it is sent only if the charge's items could be taken from the
+        tenant's publish-rate bucket (else RateLimited), as by :meth:`FeedStore.append`.
         """
 
     @abc.abstractmethod

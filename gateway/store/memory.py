@@ -16,6 +16,7 @@ import anyio
 from gateway.cursor import Cursor
 from gateway.errors import HeadMoved, IdempotencyKeyReused
 from gateway.feed import AppendResult, FeedKey, FeedKind, FeedState, NewItem, StoredItem
+from gateway.limits import Charge
 from gateway.store.base import (
     INDEX_MAX_AGE_MS,
     INDEX_MAX_FEEDS,
@@ -125,7 +126,9 @@ class MemoryStore(FeedStore, LiveFeed, FoldStore, RunIndex):
         self.known.reset(feed, state)
         return state
 
-    async def broadcast(self, feed: FeedKey, data: bytes) -> None:
+    async def broadcast(self, feed: FeedKey, data: bytes, charge: Charge | None = None) -> None:
+        if charge is not None:
+            charge.take()  # this node's bucket: the embedded store serves one node
         f = self._get(feed)
         pending = self._transient.setdefault(feed, [])
         if len(pending) < TRANSIENT_BACKLOG:  # nobody collects them: bounded
@@ -171,11 +174,10 @@ class MemoryStore(FeedStore, LiveFeed, FoldStore, RunIndex):
         retention: int,
         align: int = 0,
         expect: Cursor | None = None,
+        charge: Charge | None = None,
     ) -> AppendResult:
         f = self._get(feed)
         new_epoch = f is None
-        if f is None:
-            self._gone.pop(feed, None)  # published again: a feed like any other
         # Plan first so that a rejected batch writes nothing.
         planned: list[int | None] = []
         batch_keys: dict[str, tuple[bytes, int]] = {}
@@ -205,7 +207,10 @@ class MemoryStore(FeedStore, LiveFeed, FoldStore, RunIndex):
             head = Cursor(0, 0) if f is None else Cursor(f.epoch, f.head)
             if head != expect:
                 raise HeadMoved(f"the feed's head is {head}, not {expect}: plan again")
+        if charge is not None and any(e is None for e in planned):
+            charge.take()  # this node's bucket: the embedded store serves one node
         if f is None:
+            self._gone.pop(feed, None)  # published again: a feed like any other
             f = self._feeds[feed] = _Feed(self._new_epoch())
         elif feed in self._tombstones and any(e is None for e in planned):
             # A recreated feed gets its first item: a feed like any other from now on.

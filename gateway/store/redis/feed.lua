@@ -1,6 +1,8 @@
 -- The feed log's one atomic server-side step (docs/architecture.md, "The append step").
+-- take_tokens (bucket.lua, the publish rate) is prepended to it.
 --
--- KEYS: 1 meta hash, 2 stream, 3 idempotency-key hash (one hash slot: same {tag}).
+-- KEYS: 1 meta hash, 2 stream, 3 idempotency-key hash (one hash slot: same {tag});
+--       4, for an append charged to a tenant's publish rate, the tenant's bucket.
 --       Whenever the feed exists all three keys do (an empty stream, a placeholder
 --       field in the hash), so that a Redis Cluster slot migration, which moves keys
 --       one by one, never sees a multi-key call on a slot whose keys are split for
@@ -17,6 +19,10 @@
 --       11 the head the append expects ("" for any; "<epoch>:<head>", "0:0" for no feed):
 --          elsewhere, a batch with new items returns {"moved"} and writes nothing,
 --       then per item (from ARGV[12]): key ("" for none), data, host-opening flag;
+--       then, with KEYS[4], the rate (tokens a second), the burst and the request's
+--       item count: a batch with new items takes that many tokens from the bucket or
+--       returns {"limited", tokens the bucket held} and writes nothing; a batch of
+--       retries only takes nothing;
 --       in check mode instead, optionally, a history page to read with the state:
 --       ARGV[12] where it starts ("*": the first retained item; "<epoch>:<offset>":
 --       after that offset, if that is the current epoch) and ARGV[13] its item count.
@@ -47,7 +53,7 @@
 -- head, the known epoch sent (0: none), items lost to the calling node, offsets... (in
 -- check mode: the page's entries, if one was read)} where status is "ok", "reused" (then the 2nd element is the failing
 -- item index and nothing was written), "moved" (the expected head was not the head;
--- nothing was written) or "absent" (check mode on a feed that does not
+-- nothing was written), "limited" (see ARGV above) or "absent" (check mode on a feed that does not
 -- exist; "gone" when it was deleted on purpose); reason is "" or why the feed moved to a new epoch in this call (missing,
 -- rollback, moved), and the previous epoch and head are what the store held before.
 
@@ -268,6 +274,15 @@ if expect ~= '' and #new > 0 then
   elseif reason == '' then at = fmt(epoch) .. ':' .. fmt(head)
   else at = '' end  -- moving to a new epoch now: no plan made before can hold
   if at ~= expect then return {'moved'} end
+end
+
+-- The tenant's publish rate, last of the checks: a request refused for another reason
+-- takes nothing, and one refused here writes nothing.
+if KEYS[4] and #new > 0 then
+  local r = ITEMS + n * 3
+  local held = take_tokens(KEYS[4], tonumber(ARGV[r]), tonumber(ARGV[r + 1]),
+                           tonumber(ARGV[r + 2]))
+  if held then return {'limited', held} end
 end
 
 if reason ~= '' then new_epoch() end

@@ -1,7 +1,8 @@
 """Feed storage on Redis Streams: the append step, states, history reads, rollback checks.
 
 Appending and rollback checks are one Lua step (``feed.lua`` beside this file; the key
-layout and the step are described in docs/storage.md).  Every read is checked against
+layout and the step are described in docs/storage.md), which also takes a publish
+request's items from its tenant's rate bucket (``bucket.lua``).  Every read is checked against
 what this node saw of the feed (the hash chain), so a history that was rolled back is
 noticed by whoever reads it first.
 """
@@ -13,14 +14,16 @@ import time
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from typing import Any
+from urllib.parse import quote
 
 import anyio
 import redis.exceptions
 import structlog
 
 from gateway.cursor import Cursor
-from gateway.errors import HeadMoved, IdempotencyKeyReused, Unavailable
+from gateway.errors import GatewayError, HeadMoved, IdempotencyKeyReused, Unavailable
 from gateway.feed import AppendResult, FeedKey, FeedState, NewItem, StoredItem
+from gateway.limits import Charge
 from gateway.store.base import Batch, FeedStore, Joined, history_start
 from gateway.store.redis.coalesce import Coalescer
 from gateway.store.redis.connection import RedisConnection, translate
@@ -32,7 +35,12 @@ _FAILED = (redis.exceptions.RedisError, Unavailable)
 
 _MAX_SEQ = 18446744073709551615  # stream ids are <ms>-<seq>, both 64-bit
 
-SCRIPT = resources.files("gateway.store.redis").joinpath("feed.lua").read_text()
+_LUA = resources.files("gateway.store.redis")
+#: The publish rate's bucket (a Lua function), prepended to the scripts that take from it.
+_BUCKET = _LUA.joinpath("bucket.lua").read_text()
+SCRIPT = _BUCKET + _LUA.joinpath("feed.lua").read_text()
+#: A take of its own (a cluster's charged appends; a transient message's).
+TAKE_SCRIPT = _BUCKET + _LUA.joinpath("take.lua").read_text()
 
 
 def stored_item(entry_id: bytes, fields: dict[bytes, bytes]) -> StoredItem:
@@ -64,6 +72,9 @@ class RedisFeeds(FeedStore):
         self.conn = conn
         self._redis = conn.client
         self._script = self._redis.register_script(SCRIPT)
+        self._take = self._redis.register_script(TAKE_SCRIPT)
+        #: Each tenant's bucket key, remembered like the feeds' keys (see rate_key).
+        self._rate_keys: dict[str, str] = {}
         #: How long a feed ``recreate`` makes lives unless something is appended.
         self.tombstone_ms = max(1, int(tombstone_seconds * 1000))
         #: Appends wait for this many replicas (``WAIT``), else answer Unavailable.
@@ -99,6 +110,16 @@ class RedisFeeds(FeedStore):
     def _script_keys(self, feed: FeedKey) -> list[str]:
         return list(self.conn.feed_keys(feed))
 
+    def rate_key(self, tenant: str) -> str:
+        """The tenant's publish-rate bucket, ``<prefix>:rate:{<tenant>}`` (percent-encoded
+        as in feed keys; its own hash slot on a cluster)."""
+        key = self._rate_keys.get(tenant)
+        if key is None:
+            if len(self._rate_keys) >= self.conn.FEED_KEYS_KEPT:
+                self._rate_keys.clear()
+            key = self._rate_keys[tenant] = f"{self.conn.prefix}:rate:{{{quote(tenant, safe='')}}}"
+        return key
+
     # -- the append step -----------------------------------------------------------------
 
     def _args(
@@ -110,9 +131,11 @@ class RedisFeeds(FeedStore):
         align: int = 0,
         expect: Cursor | None = None,
         page: tuple[str, int] | None = None,
+        charge: Charge | None = None,
     ) -> list[Any]:
         """The append step's ARGV (see ``feed.lua``); ``page`` (check mode): where the
-        history page read with the state starts, and its item count."""
+        history page read with the state starts, and its item count; ``charge``: the
+        publish rate's arguments, after the items."""
         known_epoch, known_offset, known_chain = self.known.split(feed)
         args: list[Any] = [
             mode,
@@ -131,6 +154,8 @@ class RedisFeeds(FeedStore):
             args += [item.key or "", item.data, "1" if item.host_opening else "0"]
         if page is not None:
             args += page
+        if charge is not None:
+            args += [*charge.rate.args, charge.items]
         return args
 
     async def _run(
@@ -142,9 +167,12 @@ class RedisFeeds(FeedStore):
         align: int = 0,
         expect: Cursor | None = None,
         page: tuple[str, int] | None = None,
+        charge: Charge | None = None,
     ) -> Any:
-        args = self._args(feed, mode, retention, items, align, expect, page)
+        args = self._args(feed, mode, retention, items, align, expect, page, charge)
         keys = self._script_keys(feed)
+        if charge is not None:
+            keys.append(self.rate_key(charge.tenant))
         if self.conn.cluster:
             await self.conn.topology()  # learnt once, single-flight (see there)
         if mode == "append" and self._lane is not None:
@@ -191,8 +219,16 @@ class RedisFeeds(FeedStore):
             chain=reply[4].decode("ascii"),
         )
 
-    def _appended(self, feed: FeedKey, reply: list[Any]) -> AppendResult:
-        """The append step's reply as a result (raises IdempotencyKeyReused)."""
+    def _appended(
+        self, feed: FeedKey, reply: list[Any], charge: Charge | None = None
+    ) -> AppendResult:
+        """The append step's reply as a result (raises IdempotencyKeyReused, HeadMoved,
+        or RateLimited for the ``charge`` it was sent with)."""
+        if charge is not None:
+            if reply[0] == b"limited":
+                raise charge.refused(float(reply[1]))
+            if reply[0] == b"ok" and (reply[1] != reply[7] or reply[2] != reply[8]):
+                charge.taken = True  # it appended (epoch or head moved), so it took
         if reply[0] == b"reused":
             raise IdempotencyKeyReused(
                 f"item {int(reply[1])}: event_id was already used for a different item"
@@ -232,9 +268,66 @@ class RedisFeeds(FeedStore):
         retention: int,
         align: int = 0,
         expect: Cursor | None = None,
+        charge: Charge | None = None,
     ) -> AppendResult:
+        if charge is not None and self.conn.cluster:
+            return await self._append_charged(feed, items, retention, align, expect, charge)
+        reply = await self._run(feed, "append", retention, items, align, expect, charge=charge)
+        return self._appended(feed, reply, charge)
+
+    async def _append_charged(
+        self,
+        feed: FeedKey,
+        items: Sequence[NewItem],
+        retention: int,
+        align: int,
+        expect: Cursor | None,
+        charge: Charge,
+    ) -> AppendResult:
+        """A charged append on a cluster: the tenant's bucket is on its own slot, and a
+        script may touch one slot's keys only, so the take is a call of its own before
+        the append, and what an append that appended nothing took (retries only, or
+        refused as reused or moved) is given back by another.  An append that failed
+        (Unavailable: it may have happened) keeps what it took."""
+        await self.take(charge)
         reply = await self._run(feed, "append", retention, items, align, expect)
-        return self._appended(feed, reply)
+        refused: GatewayError | None = None
+        try:
+            result = self._appended(feed, reply)
+        except (IdempotencyKeyReused, HeadMoved) as exc:
+            refused = exc  # given back outside the handler (README, "The compiled hot path")
+        if refused is not None or (reply[1] == reply[7] and reply[2] == reply[8]):
+            # Refused, or epoch and head as they were: nothing appended.
+            await self._give_back(charge)
+        if refused is not None:
+            raise refused
+        return result
+
+    async def take(self, charge: Charge, publish: tuple[str | bytes, bytes] | None = None) -> None:
+        """Take ``charge`` from its tenant's bucket in a call of its own (``take.lua``),
+        and if it took, publish ``publish`` (a channel and a message) in the same call
+        (not on a cluster: the channel's slot is the feed's, not the bucket's; then
+        published by the caller).  Raises RateLimited (nothing taken, nothing published)
+        or Unavailable."""
+        args: list[Any] = [*charge.rate.args, charge.items]
+        if publish is not None:
+            args += [self._publish, *publish]
+        with self.conn.io("publish rate"):
+            held = await self._take(keys=[self.rate_key(charge.tenant)], args=args)
+        if held is not None:
+            raise charge.refused(float(held))
+        charge.taken = True
+
+    async def _give_back(self, charge: Charge) -> None:
+        """Return what a charged append that appended nothing took (a failure is logged:
+        the tenant then waits for the refill)."""
+        charge.taken = False
+        args = [*charge.rate.args, -charge.items]
+        try:
+            with self.conn.io("publish rate"):
+                await self._take(keys=[self.rate_key(charge.tenant)], args=args)
+        except GatewayError as exc:
+            log.warning("giving back a publish's rate tokens failed", error=exc.message)
 
     async def _flush(self, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
         # Timed as an append if the batch holds one, else as the state checks it is.

@@ -26,6 +26,7 @@ import anyio
 
 from gateway.cursor import Cursor
 from gateway.feed import FeedKey, StoredItem
+from gateway.limits import Charge
 from gateway.store.base import Batch, Direct, LiveFeed, Positions
 from gateway.store.redis.connection import ListenerAddress, RedisConnection, translate
 from gateway.store.redis.feeds import RedisFeeds, stored_item
@@ -83,11 +84,16 @@ class RedisLive(LiveFeed):
         self._last_hand_over = 0.0
         self._rate = 0.0
 
-    async def broadcast(self, feed: FeedKey, data: bytes) -> None:
+    async def broadcast(self, feed: FeedKey, data: bytes, charge: Charge | None = None) -> None:
         # On the feed's own channel, marked so readers tell it from the append step's
         # item messages (which start with a digit).
+        channel = self._stream_key(feed)
+        if charge is not None:
+            if not self.conn.cluster:  # the take and the publish in one call
+                await self.feeds.take(charge, (channel, TRANSIENT_MARK + data))
+                return
+            await self.feeds.take(charge)
         with self.conn.io("broadcast"):
-            channel = self._stream_key(feed)
             if self.conn.cluster:
                 await self._redis.execute_command("SPUBLISH", channel, TRANSIENT_MARK + data)
             else:
