@@ -312,6 +312,11 @@ class RedisFeeds(FeedStore):
         args: list[Any] = [*charge.rate.args, charge.items]
         if publish is not None:
             args += [self._publish, *publish]
+        if self.conn.cluster:
+            # Before the slot map is known redis-py sends a script to a node of its own
+            # choosing, and keeps doing so on the MOVED it gets (its routing is decided
+            # once per call): the map is learnt first, as for every other call.
+            await self.conn.topology()
         with self.conn.io("publish rate"):
             held = await self._take(keys=[self.rate_key(charge.tenant)], args=args)
         if held is not None:
