@@ -72,8 +72,10 @@ RFC 9112                      accepted (anything else: 400 and close, unless sai
                               ignored; exactly CRLF after the data
 7.1.2 trailer section         after the last chunk, field lines as in section 5, each
                               ending with CRLF, then CRLF; read, checked, dropped
-                              (never header fields); at most :data:`MAX_LINE` bytes
-                              for a chunk-size line and for the whole section
+                              (never header fields); none of :data:`NOT_TRAILERS`
+                              (framing, connection, routing, single-value fields:
+                              RFC 9110 6.5.1); at most :data:`MAX_LINE` bytes for a
+                              chunk-size line and for the whole section
 9.3 persistence               HTTP/1.1 is persistent unless ``connection`` has
                               ``close``; HTTP/1.0 never (``keep_alive`` false)
 9.3.2 pipelining              requests after a request wait in the buffer, each
@@ -153,6 +155,21 @@ SINGLE: Final = frozenset(
         "origin",
         "sec-websocket-key",
         "sec-websocket-version",
+    }
+)
+#: Fields never accepted in a trailer section: framing, connection, routing and the
+#: fields the gateway reads as one value.  A sender must not send them there (RFC 9110
+#: 6.5.1) and recipients differ on whether they count (llhttp closes the connection
+#: after a trailer ``connection: close``; the gateway would not): refused.
+NOT_TRAILERS: Final = SINGLE | frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
     }
 )
 #: The methods the gateway implements (RFC 9110 9.3 and PATCH), as their names; any
@@ -432,7 +449,9 @@ class RequestParser:
                 raise HttpError(413, f"request body is larger than {self.max_body} bytes")
         else:
             self._length = 0
-        upgrade = "upgrade" in connection and "upgrade" in headers
+        # An empty upgrade field is no upgrade (llhttp does not switch on it either); the
+        # request is not kept alive all the same (below).  (Values are stripped of OWS.)
+        upgrade = "upgrade" in connection and headers.get("upgrade", "") != ""
         if upgrade and self._length != 0:
             raise HttpError(400, "a request to switch protocols has content")
         # A request that asks to switch protocols and is not switched (refused, or not a
@@ -503,6 +522,8 @@ class RequestParser:
             name, colon, value = line.partition(b":")
             if not colon or not _is_token(name) or not _is_value(value):
                 raise HttpError(400, "malformed chunked body")
+            if name.decode("ascii").lower() in NOT_TRAILERS:
+                raise HttpError(400, f"a {name.decode('ascii').lower()} trailer field")
         del buf[: end + 4]
         return bytes(self._chunks)
 

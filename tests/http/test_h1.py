@@ -16,6 +16,7 @@ import pytest
 from gateway.http.h1 import (
     MAX_LINE,
     METHODS,
+    NOT_TRAILERS,
     REASONS,
     SINGLE,
     HttpError,
@@ -609,6 +610,16 @@ def test_a_request_smuggled_behind_bare_lf_trailers_is_never_parsed() -> None:
         assert (got, status) == ([], 400)
 
 
+@pytest.mark.parametrize("name", sorted(NOT_TRAILERS))
+def test_framing_connection_and_single_value_fields_are_refused_as_trailers(name: str) -> None:
+    """RFC 9110 6.5.1: a sender must not send them there; recipients differ on whether
+    they count (llhttp ends the connection after a trailer ``connection: close``)."""
+    for field in (name.encode(), name.upper().encode()):
+        assert error(chunked(b"0\r\n" + field + b": close\r\n\r\n")) == 400
+    # Others are read and dropped.
+    assert one(chunked(b"0\r\nx-" + name.encode() + b": close\r\n\r\n")).body == b""
+
+
 def test_chunked_trailers_do_not_leak_into_the_next_request() -> None:
     data = chunked(b"5\r\nhello\r\n0\r\nX-Sum: 1\r\n\r\n") + req(b"GET /next HTTP/1.1", H)
     for mode in (False, True):
@@ -937,6 +948,10 @@ WS = [b"Upgrade: websocket", b"Connection: Upgrade", b"Sec-WebSocket-Version: 13
         ([b"Upgrade: websocket"], False),  # no "connection: upgrade"
         ([b"Connection: upgrade"], False),  # no upgrade header
         ([*WS, b"Content-Length: 0"], True),
+        # An empty upgrade field names no protocol: no upgrade (as in llhttp), closed.
+        ([b"Upgrade: ", b"Connection: upgrade"], False),
+        ([b"Upgrade:", b"Connection: upgrade"], False),
+        ([b"Upgrade:", b"Upgrade: websocket", b"Connection: upgrade"], True),
         # HTTP/1.0: an upgrade is ignored (RFC 9110 7.8, a MUST), the connection closes.
         ([*WS, b"X-Version: 1.0"], False),
     ],
