@@ -267,6 +267,7 @@ class RequestParser:
         self._length: int | None = None  # the body's length; None: chunked
         self._chunks = bytearray()
         self._continue_sent = False
+        self._host = ""  # the last host value found well-formed ("" needs no check)
         #: After an upgrade: everything the client sent after the request.
         self.trailing = b""
         self._upgraded = False
@@ -389,7 +390,7 @@ class RequestParser:
             if version != b"HTTP/1.1" and version != b"HTTP/1.0":
                 raise HttpError(400, "unsupported HTTP version")
             raise HttpError(501, "method not implemented")
-        if target[:1] == b"/":  # origin-form, nearly always
+        if target and target[0] == 0x2F:  # origin-form ("/"), nearly always
             if not _is_target(target):
                 raise HttpError(400, "malformed request target")
         elif target == b"*":
@@ -424,8 +425,10 @@ class RequestParser:
         if host is None:
             if http11:
                 raise HttpError(400, "a request needs exactly one host header")
-        elif _HOST.fullmatch(host) is None:
-            raise HttpError(400, "malformed host header")
+        elif host != self._host:  # a connection's requests name one host: checked once
+            if _HOST.fullmatch(host) is None:
+                raise HttpError(400, "malformed host header")
+            self._host = host
         connection = {t.strip().lower() for t in headers.get("connection", "").split(",")}
         coding = headers.get("transfer-encoding")
         length = headers.get("content-length")

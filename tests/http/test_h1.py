@@ -424,6 +424,17 @@ def test_host(line: bytes, fields: list[bytes], status: int | None, host: str | 
         assert one(data).headers.get("host") == host
 
 
+def test_each_host_value_on_a_connection_is_checked() -> None:
+    """The parser remembers the last well-formed host (one check per connection for a
+    client that names one host); another value is checked again."""
+    data = req(b"GET /1 HTTP/1.1", b"Host: a:1") + req(b"GET /2 HTTP/1.1", b"Host: a:1")
+    data += req(b"GET /3 HTTP/1.1", b"Host: b") + req(b"GET /4 HTTP/1.1", b"Host: a b")
+    for mode in (False, True):
+        got, status = feed(data, bytewise=mode)
+        assert [t for _, t, *_ in got] == [b"/1", b"/2", b"/3"]
+        assert status == 400
+
+
 # ---------------------------------------------------------------------------
 # Content-Length (RFC 9112 6.2, 6.3; RFC 9110 8.6)
 # ---------------------------------------------------------------------------

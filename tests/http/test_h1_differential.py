@@ -348,20 +348,33 @@ def check(data: bytes) -> None:
     # The llhttp adapter and the gateway: each accepts what the other does, alike.
     adapter = run_gateway(data, make=_adapter, name="adapter")
     check_against(gateway, adapter, data)
-    if not ADAPTER_LENIENCY.search(data):
+    if not _llhttp_leniency(data, gateway):
         check_against(adapter, gateway, data)
 
 
 #: Where llhttp is more lenient than the gateway and the adapter cannot see it (it has
 #: no raw bytes of a head, no callback for chunk sizes or extensions): more than one SP
-#: in a request line, a bare LF or CR before a request line, chunk extensions (llhttp
-#: takes ``;a=`` and ``;=b``), a chunk size of more than 16 digits.  The adapter is
-#: held to the gateway only on bytes without these.
-ADAPTER_LENIENCY = re.compile(
-    rb"(?:^|\n)[!-~]*  |(?:^|\n)[!-~]+ [!-~]+  "  # SP SP in a request line
-    rb"|(?:^|\n)(?:\r\n)*(?:\n|\r(?!\n))[\r\n]*[!-~]"  # bare LF or CR before a request
-    rb"|(?:^|\n)[0-9A-Fa-f]+;|(?:^|\n)[0-9A-Fa-f]{17}"  # a chunk extension, 17 digits
-)
+#: in a request line, chunk extensions (llhttp takes ``;a=`` and ``;=b``), a chunk size
+#: of more than 16 digits; and a bare LF or CR among the empty lines before a request
+#: line (below).  The adapter is held to the gateway only on bytes without these.
+_CHUNK_LENIENCY = re.compile(rb"(?:^|\n)[0-9A-Fa-f]+;|(?:^|\n)[0-9A-Fa-f]{17}")
+_BARE_EMPTY_LINE = re.compile(rb"(?:\r\n)*(?:\n|\r(?!\n))")
+
+
+def _llhttp_leniency(data: bytes, gateway: Run) -> bool:
+    """``data`` has one of the llhttp leniencies the adapter cannot see: a chunk
+    extension or size anywhere, or where the gateway refused after its last request,
+    bare empty lines or a request line with SP SP."""
+    if _CHUNK_LENIENCY.search(data):
+        return True
+    if gateway.state != "refused":
+        return False
+    ends = [p.end for p in gateway.requests]
+    start = ends[-1] if ends and ends[-1] is not None else 0
+    if _BARE_EMPTY_LINE.match(data, start) is not None:
+        return True
+    line = data[start:].lstrip(b"\r\n").split(b"\r\n", 1)[0]
+    return b"  " in line
 
 
 def _adapter() -> LlhttpRequestParser:
