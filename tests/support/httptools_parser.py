@@ -69,7 +69,7 @@ class LlhttpRequestParser:
             lenient_spaces_after_chunk_size=False,
         )
         self._parser = parser
-        self._pending = bytearray()
+        self._pending = b""  # received, not yet given to llhttp (one read, nearly always)
         self._ready: deque[ParsedRequest] = deque()
         self._error: HttpError | None = None
         self._stopped = False
@@ -92,7 +92,7 @@ class LlhttpRequestParser:
     # -- the interface -------------------------------------------------------------
 
     def receive(self, data: bytes) -> None:
-        self._pending += data
+        self._pending = self._pending + data if self._pending else data
 
     @property
     def buffered(self) -> int:
@@ -114,13 +114,13 @@ class LlhttpRequestParser:
 
     @property
     def in_request(self) -> bool:
-        return bool(self._ready) or self._in_message or bool(bytes(self._pending).strip(b"\r\n"))
+        return bool(self._ready) or self._in_message or bool(self._pending.strip(b"\r\n"))
 
     def detach(self) -> bytes:
         if not self._upgraded:
             self._upgraded = True
-            self.trailing = bytes(self._pending)
-            self._pending = bytearray()
+            self.trailing = self._pending
+            self._pending = b""
         return self.trailing
 
     def next_request(self) -> ParsedRequest | None:
@@ -142,8 +142,8 @@ class LlhttpRequestParser:
     # -- llhttp ----------------------------------------------------------------------
 
     def _feed(self) -> None:
-        data = bytes(self._pending)
-        self._pending = bytearray()
+        data = self._pending
+        self._pending = b""
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade as exc:
