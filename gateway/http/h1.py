@@ -58,8 +58,11 @@ RFC 9112                      accepted (anything else: 400 and close, unless sai
                               joined with ``", "`` (RFC 9110 5.3), never only the last
 6.1 transfer-encoding         HTTP/1.1 only (400 in HTTP/1.0); the field (all its
                               lines) exactly ``chunked`` once, case-insensitive,
-                              without empty list elements (400); a coding the gateway
-                              does not implement before a final ``chunked`` is 501
+                              without empty list elements and without HTAB after the
+                              value starts, even as OWS (400: llhttp reads
+                              ``chunked<HTAB>`` as another coding); a coding the
+                              gateway does not implement before a final ``chunked``
+                              is 501
 6.2 content-length            1*DIGIT (ASCII), at most 18 digits; one field line
 6.3 message body length       not both transfer-encoding and content-length (400);
                               neither: no body; more than ``max_body`` bytes is 413
@@ -137,6 +140,16 @@ def _bare_cr_or_lf(buf: bytes | bytearray, start: int, end: int) -> bool:
     before = max(0, start - 1)
     crlf = buf.count(b"\r\n", before, end)
     return buf.count(b"\n", start, end) != crlf or buf.count(b"\r", before, end - 1) != crlf
+
+
+def _tab_in(lines: list[bytes], name: bytes) -> bool:
+    """A field line of ``name`` (lowercase) among ``lines`` (the head's) has a tab after
+    the start of its value."""
+    for line in lines[1:]:
+        field, _, value = line.partition(b":")
+        if b"\t" in value.lstrip(b" \t") and field.lower() == name:
+            return True
+    return False
 
 
 #: The answer to a head with a line that ends in a bare LF or CR.
@@ -437,6 +450,10 @@ class RequestParser:
                 raise HttpError(400, "both content-length and transfer-encoding")
             if not http11:
                 raise HttpError(400, "transfer-encoding in an HTTP/1.0 request")
+            if b"\t" in head and _tab_in(lines, b"transfer-encoding"):
+                # llhttp takes "chunked<HTAB>" for another coding: no tab after the value
+                # starts, not even as OWS.
+                raise HttpError(400, "a tab in transfer-encoding")
             if coding.strip(" \t").lower() != "chunked":
                 codings = [c.strip(" \t").lower() for c in coding.split(",")]
                 if "" in codings or codings[-1] != "chunked" or codings.count("chunked") > 1:

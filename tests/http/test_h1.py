@@ -533,6 +533,11 @@ def chunked(body: bytes, *fields: bytes) -> bytes:
         (b"chunked,", 400),
         (b",chunked", 400),
         (b"chunked, ", 400),
+        # HTAB after the value starts, even as OWS: llhttp reads "chunked<HTAB>" as
+        # another coding.
+        (b"chunked\t", 400),
+        (b"chunked \t ", 400),
+        (b"\tchunked", None),  # leading OWS: skipped by both
         # chunked not the final coding, or not once: the length cannot be known (RFC
         # 9112 6.3): 400 and close.
         (b"gzip", 400),

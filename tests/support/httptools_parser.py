@@ -18,6 +18,8 @@ Known differences from h1 (none changes what a request is):
   chunk extensions (``;a=``, ``;=b``), chunk sizes of more than 16 digits (leading
   zeros), more than one SP between the parts of a request line, a bare LF or CR among
   the empty lines before a request line;
+- a chunked body past ``max_body`` is refused as its data arrives, not from the chunk
+  size (httptools does not hand sizes out);
 - the head bound is measured from what llhttp hands out (method, target, fields, each
   with its separators and CRLF), so OWS around values does not count (h1 counts every
   byte); a head that never ends is bounded by the bytes received since it began;
