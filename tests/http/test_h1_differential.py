@@ -461,6 +461,11 @@ ODD_FIELDS = [
 ]
 TRANSFER_CODINGS = [
     b"Chunked",
+    b"chunked\t",
+    b"\tchunked",
+    b"chunked \t",
+    b"chunked\x0b",
+    b"chunked\xa0",
     b" CHUNKED ",
     b"chunked,",
     b",chunked",
