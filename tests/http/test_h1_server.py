@@ -210,6 +210,26 @@ async def test_keep_alive_serves_sequential_requests_on_one_connection(node: Gat
             413,
             "too_large",
         ),
+        # str.isdigit takes latin-1 superscripts; int() did not (the parser raised).
+        (
+            b"POST /healthz HTTP/1.1\r\nHost: gw.test\r\nContent-Length: \xb2\r\n\r\nab",
+            400,
+            "invalid_request",
+        ),
+        (b"CONNECT gw.test:443 HTTP/1.1\r\nHost: gw.test\r\n\r\n", 501, "invalid_request"),
+        (b"PURGE /healthz HTTP/1.1\r\nHost: gw.test\r\n\r\n", 501, "invalid_request"),
+        (
+            b"POST /healthz HTTP/1.1\r\nHost: gw.test\r\nTransfer-Encoding: chunked\r\n\r\n"
+            b"2 ;a\r\nab\r\n0\r\n\r\n",
+            400,
+            "invalid_request",
+        ),
+        (
+            b"POST /healthz HTTP/1.1\r\nHost: gw.test\r\nTransfer-Encoding: chunked\r\n\r\n"
+            b"0\r\nConnection: close\r\n\r\n",
+            400,
+            "invalid_request",
+        ),
     ],
     ids=[
         "space-before-colon",
@@ -221,6 +241,11 @@ async def test_keep_alive_serves_sequential_requests_on_one_connection(node: Gat
         "cl-and-te",
         "gzip",
         "too-large",
+        "superscript-length",
+        "connect",
+        "unknown-method",
+        "chunk-ext-bws",
+        "connection-trailer",
     ],
 )
 async def test_a_malformed_request_is_answered_then_closed(
