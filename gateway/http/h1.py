@@ -90,7 +90,8 @@ RFC 9112                      accepted (anything else: 400 and close, unless sai
                               same with content (content-length above 0 or chunked)
                               is 400 (llhttp gives the content to the new protocol,
                               h11 to the request: ambiguous); ignored in HTTP/1.0 (a
-                              MUST); any request with an ``upgrade`` field is not
+                              MUST); any request with an ``upgrade`` field or the
+                              ``upgrade`` connection option is not
                               ``keep_alive``: if the server does not switch, it closes
                               after answering, so bytes a proxy may already treat as
                               a tunnel are never read as another request
@@ -474,9 +475,11 @@ class RequestParser:
         upgrade = "upgrade" in connection and headers.get("upgrade", "") != ""
         if upgrade and self._length != 0:
             raise HttpError(400, "a request to switch protocols has content")
-        # A request that asks to switch protocols and is not switched (refused, or not a
-        # well-formed upgrade) ends the connection after its answer.
-        keep_alive = http11 and "close" not in connection and "upgrade" not in headers
+        # A request that asks to switch protocols (an upgrade field, or the upgrade
+        # connection option) and is not switched (refused, or not a well-formed upgrade)
+        # ends the connection after its answer.
+        asks = "upgrade" in headers or "upgrade" in connection
+        keep_alive = http11 and "close" not in connection and not asks
         # An upgrade in HTTP/1.0 is ignored (RFC 9110 7.8); the connection closes.
         return ParsedRequest(method, target, headers, http11, keep_alive, upgrade and http11)
 

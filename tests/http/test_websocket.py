@@ -401,6 +401,7 @@ REFUSALS: dict[
     str, tuple[dict[str, Any], Callable[[list[tuple[str, str]]], None], str, int, str]
 ] = {
     "no upgrade option": ({}, replaced("Connection", "keep-alive"), "GET", 400, "invalid_request"),
+    "no upgrade field": ({}, replaced("Upgrade", None), "GET", 400, "invalid_request"),
     "short key": ({}, replaced("Sec-WebSocket-Key", "c2hvcnQ="), "GET", 400, "invalid_request"),
     "version 8": ({}, replaced("Sec-WebSocket-Version", "8"), "GET", 400, "invalid_request"),
     "gateway.v1 not offered": (
