@@ -189,12 +189,15 @@ NOT_TRAILERS: Final = SINGLE | frozenset(
         "upgrade",
     }
 )
-#: The methods the gateway implements (RFC 9110 9.3 and PATCH), as their names; any
-#: other is 501 (CONNECT too: the gateway is no tunnel).
+#: The methods the gateway knows (RFC 9110 9.3, PATCH, and QUERY, which llhttp knows
+#: too), as their names: a route that does not take one answers 405; any other method
+#: is 501 (CONNECT too: the gateway is no tunnel).
 METHODS: Final = {
     m: m.decode("ascii")
-    for m in (b"GET", b"HEAD", b"POST", b"PUT", b"DELETE", b"OPTIONS", b"TRACE", b"PATCH")
-}
+    for m in (
+        b"GET", b"HEAD", b"POST", b"PUT", b"DELETE", b"OPTIONS", b"TRACE", b"PATCH", b"QUERY"
+    )
+}  # fmt: skip
 _TOKEN: Final = rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
 _QUOTED: Final = rb'"(?:[\t !\x23-\x5b\x5d-\x7e\x80-\xff]|\\[\t \x21-\x7e\x80-\xff])*"'
 #: A chunk-size line without its CRLF: 1-16 hex digits, then extensions (RFC 9112 7.1.1)

@@ -398,7 +398,7 @@ def _adapter() -> LlhttpRequestParser:
 CRLF = b"\r\n"
 #: Line endings other than CRLF.
 ODD_EOLS = [b"\n", b"\r", b"\r\r\n", b"\n\r", b" \r\n", b"\t\r\n", b"\r\n\r"]
-METHODS = [b"GET", b"POST", b"HEAD", b"PUT", b"DELETE", b"OPTIONS", b"PATCH", b"TRACE"]
+METHODS = [b"GET", b"POST", b"HEAD", b"PUT", b"DELETE", b"OPTIONS", b"PATCH", b"TRACE", b"QUERY"]
 ODD_METHODS = [b"CONNECT", b"get", b"PURGE", b"M-SEARCH", b"PRI", b"FOO", b"G T", b"G\x00T", b""]
 ODD_VERSIONS = [b"HTTP/1.2", b"http/1.1", b"HTTP/2.0", b"HTTP/1.10", b"HTTP/01.1", b"HTTP/1", b""]
 ODD_SEPARATORS = [b"  ", b"\t", b"", b" \t", b"\x0b"]

@@ -482,3 +482,17 @@ async def test_two_authorization_headers_are_refused(node: Gateway) -> None:
             assert_error(await client.response(), 400, "invalid_request")
             await client.closed()
     assert await first_offset(node, team) == 1
+
+
+async def test_a_known_method_no_route_takes_is_405_and_keeps_the_connection(
+    node: Gateway,
+) -> None:
+    """QUERY is a method the gateway knows (as llhttp does): a route that does not take it
+    answers 405 like any other method it does not take, not 501."""
+    client = await connect(node)
+    async with client.stream:
+        await client.send(request("QUERY", "/v1/feeds?kind=team") + HEALTHZ)
+        r = await client.response()
+        assert r.status == 405, r
+        assert r.json()["error"]["code"] == "method_not_allowed"
+        assert (await client.response()).status == 200
