@@ -1,4 +1,4 @@
-"""Write the settings table into README.md between its settings markers.
+"""Write the settings table into docs/settings.md between its settings markers.
 
 Run ``uv run python scripts/gen_settings_doc.py``; ``--check`` fails if it is stale.
 """
@@ -10,7 +10,7 @@ from pathlib import Path
 
 from gateway.config import ENV_ONLY, SETTINGS_HELP, Settings, env_name, flag_name
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+TARGET = Path(__file__).resolve().parent.parent / "docs" / "settings.md"
 BEGIN, END = "<!-- settings:begin -->", "<!-- settings:end -->"
 
 
@@ -25,18 +25,19 @@ def table() -> str:
     return "\n".join(rows)
 
 
-def render(readme: str) -> str:
-    head, _, rest = readme.partition(BEGIN)
+def render(doc: str) -> str:
+    """``doc`` with the table between its markers written anew from the code."""
+    head, _, rest = doc.partition(BEGIN)
     _, _, tail = rest.partition(END)
     return f"{head}{BEGIN}\n{table()}\n{END}{tail}"
 
 
 def main() -> int:
-    text = README.read_text()
+    text = TARGET.read_text()
     new = render(text)
     if "--check" in sys.argv:
         return 0 if new == text else 1
-    README.write_text(new)
+    TARGET.write_text(new)
     return 0
 
 

@@ -1,4 +1,5 @@
-"""What code in the compiled modules must not do (README, "The compiled hot path").
+"""What code in the compiled modules must not do (CONTRIBUTING.md, "Code in the compiled
+modules").
 
 mypyc sets the thread's "exception being handled" (``sys.exc_info()``) for the length of
 an ``except`` block, a ``finally`` block that an exception passes through, and an
