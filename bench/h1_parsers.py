@@ -1,4 +1,4 @@
-"""The gateway's HTTP/1.1 parser (``gateway/http/h1.py``) against llhttp behind the same
+"""The gateway's HTTP/1.1 parser (``gateway/net/h1.py``) against llhttp behind the same
 interface (httptools, ``tests/support/httptools_parser.py``): CPU per request, in
 process, no sockets.
 
@@ -16,7 +16,7 @@ Three workloads, each request parsed whole (head, fields, body) and handed out:
 Rounds alternate the parsers (h1, adapter, h1, ...); the table has the best and the
 median round of each, in microseconds per request.  ``--compiled-h1 DIR`` adds h1
 compiled by mypyc, as the gateway runs it: DIR holds an extension module ``h1c``
-compiled from gateway/http/h1.py (copy the file to DIR/h1c.py and run ``mypyc h1c.py``
+compiled from gateway/net/h1.py (copy the file to DIR/h1c.py and run ``mypyc h1c.py``
 there with mypy and setuptools installed); ``--compiled-adapter DIR`` likewise adds the
 adapter compiled, as it would run if it replaced h1: DIR holds ``llad`` compiled from
 tests/support/httptools_parser.py (copied to DIR/llad.py, ``import httptools`` marked
@@ -40,7 +40,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gateway.http import h1  # noqa: E402
+from gateway.net import h1  # noqa: E402
 from tests.support.httptools_parser import LlhttpRequestParser  # noqa: E402
 
 MAX_HEAD = 16 * 1024

@@ -1,4 +1,4 @@
-"""The HTTP/1.1 parser alone (``gateway/http/h1.py``): CPU per request for the request
+"""The HTTP/1.1 parser alone (``gateway/net/h1.py``): CPU per request for the request
 ``bench/publish.py`` sends (a single-event publish with a bearer token), no sockets.
 
     uv run python bench/h1parse.py [--checkout DIR ...]
@@ -31,7 +31,7 @@ def time_parser(checkout: Path, rounds: int = 5, n: int = 100_000) -> float:
     sys.path.insert(0, str(checkout))
     for name in [m for m in sys.modules if m == "gateway" or m.startswith("gateway.")]:
         del sys.modules[name]
-    h1 = importlib.import_module("gateway.http.h1")
+    h1 = importlib.import_module("gateway.net.h1")
     sys.path.pop(0)
     parser = h1.RequestParser(max_head=65536, max_body=1 << 20)
     best = float("inf")

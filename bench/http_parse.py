@@ -1,4 +1,4 @@
-"""The HTTP/1.1 request cycle alone: h11 against the gateway's own parser (gateway.http.h1).
+"""The HTTP/1.1 request cycle alone: h11 against the gateway's own parser (gateway.net.h1).
 
     uv run python bench/http_parse.py            # 3 rounds, alternating, 20,000 cycles each
 
@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import h11
 
-from gateway.http.h1 import RequestParser, response_head
+from gateway.net.h1 import RequestParser, response_head
 
 BODY = (
     b'{"source":{"kind":"agent","id":"a"},"event":{"event_id":'
@@ -65,7 +65,7 @@ def main() -> None:
     args = parser.parse_args()
     sides: list[tuple[str, Callable[[int], None]]] = [
         ("h11", with_h11),
-        ("gateway.http.h1", with_h1),
+        ("gateway.net.h1", with_h1),
     ]
     print("| round | parser | us CPU per request cycle |")
     print("|---|---|---|")

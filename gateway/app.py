@@ -22,21 +22,9 @@ from gateway.auth import Authenticator
 from gateway.config import Settings
 from gateway.fanout.foldcache import FoldCache
 from gateway.fanout.hub import Hooks, Hub
-from gateway.http import logcontext
-from gateway.http.capacity import (
-    INTERNAL_MAX_SOCKETS,
-    Capacity,
-    Refusals,
-    file_limit,
-    raise_file_limit,
-    reserved_files,
-    socket_limit,
-)
-from gateway.http.connections import Connections, Ticker
 from gateway.http.cors import Cors
 from gateway.http.router import Router
 from gateway.http.routes import INTERNAL_ROUTES, client_routes
-from gateway.http.server import HttpServer
 from gateway.http.services import Services
 from gateway.inbox import INBOXES, Inbox
 from gateway.limits import (
@@ -46,6 +34,18 @@ from gateway.limits import (
     PublishRate,
 )
 from gateway.metrics import Metrics
+from gateway.net import logcontext
+from gateway.net.capacity import (
+    INTERNAL_MAX_SOCKETS,
+    Capacity,
+    Refusals,
+    file_limit,
+    raise_file_limit,
+    reserved_files,
+    socket_limit,
+)
+from gateway.net.connections import Connections, Ticker
+from gateway.net.server import HttpServer
 from gateway.publisher import Publisher
 from gateway.readiness import Readiness
 from gateway.store.base import Backend
@@ -85,7 +85,7 @@ def configure_logging(
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
-            logcontext.merge,  # a connection's fields (gateway/http/logcontext.py)
+            logcontext.merge,  # a connection's fields (gateway/net/logcontext.py)
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             *tail,

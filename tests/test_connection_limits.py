@@ -29,7 +29,7 @@ import httpx
 import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from gateway.http.capacity import WARN_EVERY
+from gateway.net.capacity import WARN_EVERY
 from tests.support.gateway_process import GatewayProcess
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]

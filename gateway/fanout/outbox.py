@@ -1,30 +1,39 @@
 """A connection's bounded outbound path, and the node-wide bound on buffered bytes.
 
 Fan-out never waits for a client: the hub writes the bytes it encoded once per wire
-format straight into the connection's transport (the kernel takes them at once while the
-client keeps up).  What the kernel does not take stays in the transport's buffer, and
-that buffer *is* the connection's queue: :class:`Outbox` refuses a write that would take
-it past ``max_bytes`` (or that would add to a connection already behind while the node's
-total is past its bound).  A refused subscription is taken off the live path and its
-connection catches up from the store by its own cursor; nobody else waits.
+format straight into the connection's :class:`Writer` (the kernel takes them at once
+while the client keeps up).  What the kernel does not take stays in the writer's buffer,
+and that buffer *is* the connection's queue: :class:`Outbox` refuses a write that would
+take it past ``max_bytes`` (or that would add to a connection already behind while the
+node's total is past its bound).  A refused subscription is taken off the live path and
+its connection catches up from the store by its own cursor; nobody else waits.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
 from typing import Protocol
 
-import anyio
 
+class Writer(Protocol):
+    """The port through which fan-out writes to one connection (the transport adapter,
+    ``gateway.net.server.Stream.writer``, provides it).
 
-class Transport(Protocol):
-    """What an outbox needs of a connection (``http.server.Stream`` provides it)."""
+    A write never blocks: what the connection cannot send at once is buffered, and
+    :meth:`buffered` says how much is.  The writer frames the bytes as its connection's
+    body needs (HTTP/1.1 chunks for SSE); writing nothing writes nothing.
+    """
 
-    @property
-    def transport(self) -> asyncio.Transport | None: ...
+    def write(self, data: bytes) -> None:
+        """Send ``data`` (buffered if the connection cannot take it yet)."""
+        ...
 
-    def raw_writer(self) -> Callable[[bytes], None]: ...
+    def is_closing(self) -> bool:
+        """The connection is closed or closing: writes are dropped."""
+        ...
+
+    def buffered(self) -> int:
+        """Bytes written but not yet taken by the connection (the kernel)."""
+        ...
 
 
 class NodeBudget:
@@ -54,18 +63,17 @@ class NodeBudget:
 class Outbox:
     """One connection's outbound byte bound; shared by the connection's subscriptions.
 
-    It writes straight to the asyncio transport (the hot path of fan-out: one write per
-    connection per batch) with the stream's framing (HTTP/1.1 chunks for SSE).
+    It writes straight through the connection's :class:`Writer` (the hot path of
+    fan-out: one write per connection per batch); the writer's methods are bound once
+    here, so a write costs no lookups.
     """
 
-    __slots__ = ("_budget", "_transport", "_write", "counted", "max_bytes", "wrote")
+    __slots__ = ("_budget", "_buffered", "_closing", "_write", "counted", "max_bytes", "wrote")
 
-    def __init__(self, stream: Transport, max_bytes: int, budget: NodeBudget) -> None:
-        transport = stream.transport
-        if transport is None:
-            raise anyio.BrokenResourceError
-        self._transport = transport
-        self._write = stream.raw_writer()
+    def __init__(self, writer: Writer, max_bytes: int, budget: NodeBudget) -> None:
+        self._write = writer.write
+        self._closing = writer.is_closing
+        self._buffered = writer.buffered
         self._budget = budget
         self.max_bytes = max_bytes
         self.counted = 0
@@ -74,7 +82,7 @@ class Outbox:
 
     def buffered(self) -> int:
         """Bytes written to this connection that the kernel has not taken yet."""
-        return self._transport.get_write_buffer_size()
+        return self._buffered()
 
     def try_write(self, data: bytes) -> bool:
         """Write now, or refuse (False) if that would pass a bound.  Never blocks.
@@ -85,20 +93,19 @@ class Outbox:
         larger than that.  ``data`` is never empty: callers hold back what encodes to
         nothing (the framing would drop it, but here it would count as a write).
         """
-        transport = self._transport
-        buffered = transport.get_write_buffer_size()
+        buffered = self._buffered()
         if buffered and (buffered + len(data) > self.max_bytes or self._budget.over()):
             return False
-        if transport.is_closing():
+        if self._closing():
             return True  # the connection is going; its task ends with it
         self._write(data)
         self.wrote = True
-        if self.counted or transport.get_write_buffer_size():
+        if self.counted or self._buffered():
             self.recount()
         return True
 
     def recount(self) -> None:
-        now = self._transport.get_write_buffer_size()
+        now = self._buffered()
         budget = self._budget
         budget.total += now - self.counted
         self.counted = now

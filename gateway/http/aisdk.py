@@ -24,8 +24,8 @@ from gateway.dialects.ai_sdk_wire import parse_chunk_id
 from gateway.errors import InvalidRequest, NotFound
 from gateway.feed import is_run_part
 from gateway.http import sse
-from gateway.http.server import Request, Responder
 from gateway.http.services import Services
+from gateway.net.server import Request, Responder
 from gateway.wire.aisdk import AI_SDK_SSE
 
 #: The chat id rule of the seed's ChatKey (the same as a thread id's, contract D1).

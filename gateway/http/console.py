@@ -13,8 +13,8 @@ from functools import cache
 from importlib import resources
 
 from gateway.errors import NotFound
-from gateway.http.server import Request, Responder
 from gateway.http.services import Services
+from gateway.net.server import Request, Responder
 
 #: Content types by file suffix; files of other types are not served.
 TYPES = {

@@ -3,7 +3,7 @@ the origins a browser page may read them from (``*``: any)."""
 
 from __future__ import annotations
 
-from gateway.http.server import Request, Responder
+from gateway.net.server import Request, Responder
 
 
 class Cors:

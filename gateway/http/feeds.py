@@ -23,8 +23,8 @@ from gateway import access
 from gateway.auth import Principal
 from gateway.errors import GatewayError, InvalidRequest, NotFound
 from gateway.feed import FeedKey, FeedKind, FeedState, is_run_part, is_team_id
-from gateway.http.server import Request, Responder
 from gateway.http.services import Services
+from gateway.net.server import Request, Responder
 from gateway.store.base import FeedIndex, FeedStore, IndexEntry
 
 DEFAULT_LIMIT = 20

@@ -10,8 +10,8 @@ from importlib import resources
 import msgspec
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from gateway.http.server import Request, Responder
 from gateway.http.services import Services
+from gateway.net.server import Request, Responder
 
 _OPENAPI = resources.files("gateway.schemas").joinpath("gateway.openapi.json").read_bytes()
 
@@ -29,7 +29,7 @@ async def readyz(
     """The node can serve: the store answers, its readers progress, it is not draining.
 
     The body also says how many connections the node holds (``connections``: streams,
-    client TCP connections, the open-files limit; gateway/http/capacity.py)."""
+    client TCP connections, the open-files limit; gateway/net/capacity.py)."""
     ok, why = await services.ready()
     answer: dict[str, object] = {"status": "ready" if ok else "not_ready", "reason": why}
     if services.capacity is not None:

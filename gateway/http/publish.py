@@ -9,9 +9,9 @@ import msgspec
 from gateway.auth import Principal
 from gateway.cursor import Cursor
 from gateway.errors import Forbidden, UnsupportedMediaType
-from gateway.http.server import Request, Responder
 from gateway.http.services import Services
 from gateway.limits import PublishRate
+from gateway.net.server import Request, Responder
 from gateway.publisher import Via
 
 

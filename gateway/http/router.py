@@ -14,8 +14,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gateway.errors import MethodNotAllowed, NotFound
-from gateway.http.server import Request, Responder
 from gateway.http.services import Services
+from gateway.net.server import Request, Responder
 
 Handler = Callable[[Services, Request, Responder, dict[str, str]], Awaitable[None]]
 

@@ -24,8 +24,8 @@ from gateway.errors import InvalidRequest, NotFound
 from gateway.feed import FeedKey, run_events_feed
 from gateway.http import sse
 from gateway.http.publish import send_cursors, start_publish
-from gateway.http.server import Request, Responder
 from gateway.http.services import Services
+from gateway.net.server import Request, Responder
 from gateway.publisher import Via
 from gateway.runstream import parse_after_seq, seq_key, stored_seq
 from gateway.wire.formats import RUN_SSE, RUN_STREAM_SSE

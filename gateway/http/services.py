@@ -11,12 +11,12 @@ from gateway.fanout.driver import Driver
 from gateway.fanout.foldcache import FoldCache
 from gateway.fanout.hub import Hub
 from gateway.fanout.policy import Overflows
-from gateway.http.capacity import Capacity
-from gateway.http.connections import Connections
 from gateway.http.cors import Cors
-from gateway.http.server import Request
 from gateway.limits import ConnectionLimits, PublishRate
 from gateway.metrics import Metrics
+from gateway.net.capacity import Capacity
+from gateway.net.connections import Connections
+from gateway.net.server import Request
 from gateway.publisher import Publisher
 from gateway.store.base import FeedIndex, FeedStore, RunIndex
 

@@ -20,9 +20,9 @@ from gateway.fanout.outbox import Outbox
 from gateway.fanout.policy import Overflows
 from gateway.fanout.subscription import SubState
 from gateway.feed import FeedKey
-from gateway.http import logcontext
-from gateway.http.server import Request, Responder, Stream, connection_id
 from gateway.http.services import Services
+from gateway.net import logcontext
+from gateway.net.server import Request, Responder, Stream, connection_id
 from gateway.wire import sse
 from gateway.wire.format import Format
 
@@ -98,7 +98,7 @@ async def _stream(
         200, sub.fmt.headers + services.cors.headers(request), hold_head=True
     )
     head = stream.take_head()
-    outbox = Outbox(stream, settings.max_queue_bytes, services.hub.budget)
+    outbox = Outbox(stream.writer(), settings.max_queue_bytes, services.hub.budget)
     driver.attach(outbox)
     registered = _Open(driver)
     services.connections.add(registered)

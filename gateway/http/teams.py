@@ -5,8 +5,8 @@ from __future__ import annotations
 from gateway import access
 from gateway.http import sse
 from gateway.http.publish import send_cursors, start_publish
-from gateway.http.server import Request, Responder
 from gateway.http.services import Services
+from gateway.net.server import Request, Responder
 from gateway.publisher import Via
 from gateway.wire.formats import TEAM_SSE
 

@@ -9,7 +9,7 @@ pre-encoded bytes the hub writes straight into the transport; control messages
 One :class:`Session` per socket, many subscriptions each run by the shared
 :class:`~gateway.fanout.driver.Driver`: a subscription keeps a task only while it joins or
 catches up; live, the hub's state change wakes it (:meth:`_Entry.wake`).  The node's
-:class:`~gateway.http.connections.Ticker` drives every socket's pings and token expiry.
+:class:`~gateway.net.connections.Ticker` drives every socket's pings and token expiry.
 Nothing a socket does affects another socket.
 """
 
@@ -44,10 +44,10 @@ from gateway.fanout.outbox import Outbox
 from gateway.fanout.policy import Overflows
 from gateway.fanout.subscription import Subscription
 from gateway.feed import FeedKey
-from gateway.http import logcontext, ws_handshake
-from gateway.http.server import Request, Responder, Stream, connection_id
 from gateway.http.services import Services
-from gateway.http.tasks import OwnedTasks
+from gateway.net import logcontext, ws_handshake
+from gateway.net.server import Request, Responder, Stream, connection_id
+from gateway.net.tasks import OwnedTasks
 from gateway.wire import ws
 from gateway.wire.aisdk import AI_SDK_WS
 from gateway.wire.format import Format
@@ -143,7 +143,7 @@ class Session:
         self.principal = principal
         self.stream = stream
         self.protocol = protocol
-        self.outbox = Outbox(stream, self.settings.max_queue_bytes, services.hub.budget)
+        self.outbox = Outbox(stream.writer(), self.settings.max_queue_bytes, services.hub.budget)
         self.entries: dict[str, _Entry] = {}
         self._overflows = Overflows()
         self._bad_messages = 0

@@ -82,7 +82,7 @@ class Format:
     written: the fan-out moves past such items without a write
     (:meth:`~gateway.fanout.subscription.Subscription.offer`), the driver writes no
     empty page or prelude, and the chunked framing drops an empty write
-    (:func:`~gateway.http.server.body_writer`), since an empty HTTP/1.1 chunk would end
+    (:func:`~gateway.net.server.body_writer`), since an empty HTTP/1.1 chunk would end
     the response.
     """
 

@@ -14,6 +14,7 @@ from gateway.fanout.outbox import Outbox
 from gateway.fanout.subscription import Subscription, SubState
 from gateway.feed import FeedKey, StoredItem, team_feed
 from gateway.metrics import Metrics
+from gateway.net.server import TransportWriter
 from gateway.store.base import Batch
 from gateway.store.memory import MemoryStore
 from gateway.wire.formats import TEAM_WS
@@ -45,8 +46,8 @@ class Stream:
     def __init__(self, transport: Kept) -> None:
         self.transport = transport
 
-    def raw_writer(self) -> object:
-        return self.transport.write
+    def writer(self) -> TransportWriter:
+        return TransportWriter(self.transport, chunked=False)  # type: ignore[arg-type]
 
 
 def hub_with(subscribers: int, *, failing: int = 0) -> tuple[Hub, FeedKey, list[Kept]]:
@@ -63,7 +64,7 @@ def follow(hub: Hub, subscribers: int, *, failing: int = 0) -> tuple[FeedKey, li
     for index in range(subscribers):
         transport = Kept(fail=index < failing)
         sub = Subscription(feed, TEAM_WS, Cursor(7, 0))
-        sub.outbox = Outbox(Stream(transport), 1 << 20, hub.budget)  # type: ignore[arg-type]
+        sub.outbox = Outbox(Stream(transport).writer(), 1 << 20, hub.budget)
         sub.state = SubState.LIVE
         channel.subs.add(sub)
         transports.append(transport)
@@ -123,7 +124,7 @@ def test_a_subscription_its_owner_closes_during_a_dispatch_does_not_stop_it() ->
     # takes it out of the channel while the dispatch goes round the others.
     hub, feed, transports = hub_with(4)
     for sub in hub.channels[feed].subs:
-        if sub.outbox is not None and sub.outbox._transport is transports[0]:
+        if sub.outbox is not None and sub.outbox._write == transports[0].write:
             transports[0].held = 10**9  # over its bound: the write is refused
             sub.notify = hub.close
     hub._direct({feed: batch(1)})

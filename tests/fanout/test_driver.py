@@ -9,7 +9,7 @@ a client would have received.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import anyio
 import pytest
@@ -28,6 +28,7 @@ from gateway.fanout.policy import MAX_CATCHUPS, Overflows
 from gateway.fanout.subscription import Subscription, SubState
 from gateway.feed import FeedKey, NewItem, StoredItem, run_feed, team_feed
 from gateway.metrics import Metrics
+from gateway.net.server import TransportWriter
 from gateway.store.memory import MemoryStore
 from gateway.wire.aisdk import AI_SDK_SSE
 from gateway.wire.format import Format
@@ -62,8 +63,8 @@ class FakeStream:
     def __init__(self) -> None:
         self.transport = FakeTransport()
 
-    def raw_writer(self) -> Callable[[bytes], None]:
-        return self.transport.write
+    def writer(self) -> TransportWriter:
+        return TransportWriter(self.transport, chunked=False)  # type: ignore[arg-type]
 
 
 class Sink:
@@ -142,7 +143,7 @@ async def open_live(
     driver = node.driver()
     await driver.open(feed, cursor, fmt)
     stream = FakeStream()
-    driver.attach(Outbox(stream, 1 << 20, node.hub.budget))  # type: ignore[arg-type]
+    driver.attach(Outbox(stream.writer(), 1 << 20, node.hub.budget))
     return driver, Sink(), stream
 
 
@@ -337,7 +338,7 @@ async def test_an_overflow_catches_up_and_the_fourth_in_a_row_is_too_slow(node: 
     overflows = Overflows()
     driver = node.driver(overflows)
     sub = await driver.open(feed, Cursor(items[0].epoch, 0), TEAM_SSE)
-    driver.attach(Outbox(FakeStream(), 1 << 20, node.hub.budget))  # type: ignore[arg-type]
+    driver.attach(Outbox(FakeStream().writer(), 1 << 20, node.hub.budget))
     sink = Sink()
     assert await driver.advance(sink) is None
     for _ in range(MAX_CATCHUPS):
@@ -357,12 +358,12 @@ async def test_a_client_gone_and_a_client_stuck(node: Node) -> None:
     await node.items(feed, 3)
     driver = node.driver()
     await driver.open(feed, None, TEAM_SSE)
-    driver.attach(Outbox(FakeStream(), 1 << 20, node.hub.budget))  # type: ignore[arg-type]
+    driver.attach(Outbox(FakeStream().writer(), 1 << 20, node.hub.budget))
     assert await driver.advance(BrokenSink()) is EndReason.CLIENT
     driver.close()
     stuck = node.driver(write_timeout=0.05)
     await stuck.open(feed, None, TEAM_SSE)
-    stuck.attach(Outbox(FakeStream(), 1 << 20, node.hub.budget))  # type: ignore[arg-type]
+    stuck.attach(Outbox(FakeStream().writer(), 1 << 20, node.hub.budget))
     with anyio.fail_after(5):
         assert await stuck.advance(StuckSink()) is EndReason.SLOW
     stuck.close()
@@ -389,7 +390,7 @@ async def test_history_waits_for_a_full_connection_before_each_next_page(node: N
     items = await node.items(feed, 9)  # three pages of four (history_page=4) and one
     driver = node.driver()
     await driver.open(feed, None, TEAM_SSE)
-    driver.attach(Outbox(FakeStream(), 1 << 20, node.hub.budget))  # type: ignore[arg-type]
+    driver.attach(Outbox(FakeStream().writer(), 1 << 20, node.hub.budget))
     full, roomy = FullSink(), Sink()
     assert await driver.advance(full) is None
     assert full.writes >= 3 and full.drains == full.writes
@@ -397,7 +398,7 @@ async def test_history_waits_for_a_full_connection_before_each_next_page(node: N
     driver.close()
     other = node.driver()
     await other.open(feed, None, TEAM_SSE)
-    other.attach(Outbox(FakeStream(), 1 << 20, node.hub.budget))  # type: ignore[arg-type]
+    other.attach(Outbox(FakeStream().writer(), 1 << 20, node.hub.budget))
     assert await other.advance(roomy) is None
     assert roomy.written == full.written  # the same history, nothing waited on
     other.close()
@@ -415,7 +416,7 @@ async def test_a_store_failure_after_the_start_ends_it_with_the_error() -> None:
     feed = team_feed("acme", ev.team_id())
     await store.append(feed, [NewItem("k", b'"event":1,"kind":"event","source":{}')], retention=9)
     await driver.open(feed, None, TEAM_SSE)
-    driver.attach(Outbox(FakeStream(), 1 << 20, hub.budget))  # type: ignore[arg-type]
+    driver.attach(Outbox(FakeStream().writer(), 1 << 20, hub.budget))
     assert await driver.advance(Sink()) is EndReason.ERROR
     assert isinstance(driver.error, Unavailable)
     driver.close()
@@ -521,7 +522,7 @@ async def test_a_stateful_format_resumes_mid_item_and_after_a_compact_replay(
     if chunks:
         driver = node.driver()
         await driver.open(feed, items[cut - 1].cursor, AI_SDK_SSE, after_piece=0)
-        driver.attach(Outbox(FakeStream(), 1 << 20, node.hub.budget))  # type: ignore[arg-type]
+        driver.attach(Outbox(FakeStream().writer(), 1 << 20, node.hub.budget))
         sink = Sink()
         assert await driver.advance(sink) is EndReason.FINISHED
         first = event_frames(items[cut - 1].cursor, chunks[:1])
@@ -531,7 +532,7 @@ async def test_a_stateful_format_resumes_mid_item_and_after_a_compact_replay(
     # At an event boundary: the compact replay of the run so far (no ids), then the rest.
     driver = node.driver()
     await driver.open(feed, items[cut - 1].cursor, AI_SDK_SSE)
-    driver.attach(Outbox(FakeStream(), 1 << 20, node.hub.budget))  # type: ignore[arg-type]
+    driver.attach(Outbox(FakeStream().writer(), 1 << 20, node.hub.budget))
     sink = Sink()
     assert await driver.advance(sink) is EndReason.FINISHED
     fold = RunFold()

@@ -13,7 +13,6 @@ order, and h11 (the reference decoder) sees a chunked body that has not ended.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -27,14 +26,14 @@ from gateway.fanout.hub import Channel, Hub
 from gateway.fanout.outbox import NodeBudget, Outbox
 from gateway.fanout.subscription import Chunk, Subscription, SubState
 from gateway.feed import FeedKey, StoredItem, run_feed
-from gateway.http.server import body_writer
 from gateway.metrics import Metrics
+from gateway.net.server import TransportWriter
 from gateway.store.memory import MemoryStore
 from gateway.wire.aisdk import AI_SDK_SSE, AI_SDK_WS
 from gateway.wire.format import Encoder, Format
 from gateway.wire.formats import RUN_A2UI_WS, RUN_SSE, RUN_WS
 from tests.agui.runs import CHUNKS, NESTED, RUN, THREAD
-from tests.http.test_chunked_body import HEAD, RecordingTransport, decoded
+from tests.net.test_chunked_body import HEAD, RecordingTransport, decoded
 
 Event = dict[str, Any]
 EPOCH = 1_700_000_000_000
@@ -105,8 +104,8 @@ class Connection:
         self.transport = transport
         self.chunked = chunked
 
-    def raw_writer(self) -> Callable[[bytes], None]:
-        return body_writer(self.transport, self.chunked)  # type: ignore[arg-type]
+    def writer(self) -> TransportWriter:
+        return TransportWriter(self.transport, self.chunked)  # type: ignore[arg-type]
 
 
 def live_sub(fmt: Format, start: Cursor) -> tuple[Subscription, RecordingTransport]:
@@ -114,7 +113,7 @@ def live_sub(fmt: Format, start: Cursor) -> tuple[Subscription, RecordingTranspo
     for SSE formats, raw for WebSocket ones)."""
     transport = RecordingTransport()
     stream = Connection(transport, chunked=fmt.transport == "sse")
-    outbox = Outbox(stream, 1 << 20, NodeBudget(1 << 30))  # type: ignore[arg-type]
+    outbox = Outbox(stream.writer(), 1 << 20, NodeBudget(1 << 30))
     sub = Subscription(FEED, fmt, start, outbox)
     sub.state = SubState.LIVE
     return sub, transport

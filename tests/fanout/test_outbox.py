@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from gateway.fanout.outbox import NodeBudget, Outbox
-from gateway.http.server import body_writer
+from gateway.net.server import TransportWriter
 
 
 class Transport:
@@ -36,14 +34,14 @@ class Stream:
         self.transport = Transport()
         self.chunked = chunked
 
-    def raw_writer(self) -> Callable[[bytes], None]:
-        return body_writer(self.transport, self.chunked)  # type: ignore[arg-type]
+    def writer(self) -> TransportWriter:
+        return TransportWriter(self.transport, self.chunked)  # type: ignore[arg-type]
 
 
 def test_a_connection_never_holds_more_than_its_bound() -> None:
     budget = NodeBudget(10_000_000)
     stream = Stream()
-    outbox = Outbox(stream, 1000, budget)  # type: ignore[arg-type]
+    outbox = Outbox(stream.writer(), 1000, budget)
     assert outbox.try_write(b"x" * 600)
     assert outbox.try_write(b"x" * 400)  # exactly the bound
     assert not outbox.try_write(b"x")  # one byte more is refused, nothing written
@@ -58,9 +56,9 @@ def test_a_connection_never_holds_more_than_its_bound() -> None:
 def test_the_node_bound_refuses_connections_that_hold_bytes() -> None:
     budget = NodeBudget(1500)
     a, b, c = Stream(), Stream(), Stream()
-    oa = Outbox(a, 1000, budget)  # type: ignore[arg-type]
-    ob = Outbox(b, 1000, budget)  # type: ignore[arg-type]
-    oc = Outbox(c, 1000, budget)  # type: ignore[arg-type]
+    oa = Outbox(a.writer(), 1000, budget)
+    ob = Outbox(b.writer(), 1000, budget)
+    oc = Outbox(c.writer(), 1000, budget)
     assert oa.try_write(b"x" * 900)
     assert ob.try_write(b"x" * 700)  # b held nothing: accepted; the node is now at 1600
     assert budget.total == 1600
@@ -76,7 +74,7 @@ def test_the_node_bound_refuses_connections_that_hold_bytes() -> None:
 def test_released_connections_leave_the_count() -> None:
     budget = NodeBudget(100)
     s = Stream()
-    o = Outbox(s, 1000, budget)  # type: ignore[arg-type]
+    o = Outbox(s.writer(), 1000, budget)
     o.try_write(b"x" * 50)
     o.release()
     assert budget.total == 0
@@ -85,7 +83,7 @@ def test_released_connections_leave_the_count() -> None:
 def test_chunked_framing_for_sse() -> None:
     budget = NodeBudget(10_000)
     s = Stream(chunked=True)
-    o = Outbox(s, 1000, budget)  # type: ignore[arg-type]
+    o = Outbox(s.writer(), 1000, budget)
     assert o.try_write(b"hello")
     assert s.transport.held == len(b"5\r\nhello\r\n")
 

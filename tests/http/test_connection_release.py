@@ -21,8 +21,8 @@ from websockets.asyncio.client import ClientConnection
 
 from gateway.app import Gateway
 from gateway.fanout.driver import Driver
-from gateway.http.server import HttpConnection
 from gateway.http.websocket import Session, _Entry
+from gateway.net.server import HttpConnection
 from tests.support import events as ev
 from tests.support.node import auth, open_ws, start_node
 from tests.support.wait import until

@@ -12,7 +12,7 @@ from httpx_sse import aconnect_sse
 from websockets.asyncio.client import connect
 from websockets.typing import Subprotocol
 
-from gateway.http import logcontext
+from gateway.net import logcontext
 from tests.support import events as ev
 from tests.support.node import start_node, token
 from tests.support.wait import until

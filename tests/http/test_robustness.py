@@ -17,7 +17,7 @@ from websockets.uri import parse_uri
 from gateway.fanout.hub import Hooks
 from gateway.fanout.subscription import Subscription
 from gateway.feed import NewItem
-from gateway.http import server as http_server
+from gateway.net import server as http_server
 from gateway.wire.teamitem import team_payload
 from tests.support import events as ev
 from tests.support.node import auth, start_node, token

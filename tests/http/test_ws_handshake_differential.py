@@ -9,8 +9,8 @@ several, in any case; origins; ``Authorization`` headers; bodies.  The same byte
 - through websockets' own HTTP parser (``websockets.http11.Request.parse``) and
   ``ServerProtocol(subprotocols=["gateway.v1"]).accept`` (its ``process_request``),
   with ``origins`` set to the gateway's allow-list plus "no Origin" when it has one;
-- through the gateway's parser (:class:`gateway.http.h1.RequestParser`), the route's
-  method check and :func:`gateway.http.ws_handshake.negotiate` (sans I/O);
+- through the gateway's parser (:class:`gateway.net.h1.RequestParser`), the route's
+  method check and :func:`gateway.net.ws_handshake.negotiate` (sans I/O);
 - for a smaller sample, over a socket to a real node (``GATEWAY_WS_ORIGINS`` set),
   which must answer what the sans-I/O pipeline decided (and verify the token).
 
@@ -21,7 +21,7 @@ one of the deliberate differences, each stricter than websockets:
 
 1. ``Host``: HTTP/1.1 needs exactly one (the parser: 400); websockets leaves the
    ``Host`` check to the HTTP stack in front of it.
-2. A repeated single-value field (:data:`gateway.http.h1.SINGLE`: ``Authorization``,
+2. A repeated single-value field (:data:`gateway.net.h1.SINGLE`: ``Authorization``,
    ``Origin``, ``Sec-WebSocket-Key``, ``Sec-WebSocket-Version``, ...) is 400 at the
    parser, also when websockets would not read it (``Authorization``).
 3. An empty element in ``Connection``, ``Upgrade`` or ``Sec-WebSocket-Protocol`` is 400:
@@ -62,9 +62,9 @@ from websockets.typing import Origin, Subprotocol
 
 from gateway.app import Gateway
 from gateway.errors import GatewayError, Unauthenticated
-from gateway.http import ws_handshake
-from gateway.http.h1 import HttpError, RequestParser
-from gateway.http.server import MAX_HEAD_BYTES
+from gateway.net import ws_handshake
+from gateway.net.h1 import HttpError, RequestParser
+from gateway.net.server import MAX_HEAD_BYTES
 from tests.support.node import start_node, token
 
 pytestmark = pytest.mark.anyio

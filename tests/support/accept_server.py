@@ -1,4 +1,4 @@
-"""A bare :class:`~gateway.http.server.HttpServer` in a process of its own with a low
+"""A bare :class:`~gateway.net.server.HttpServer` in a process of its own with a low
 open-files limit, so that ``accept()`` really fails (EMFILE) without the test runner
 running out of files.  Run as ``python -m tests.support.accept_server LOOP SOFT``
 (``LOOP``: asyncio or uvloop).
@@ -22,7 +22,7 @@ import sys
 
 import anyio
 
-from gateway.http.server import HttpServer, Request, Responder
+from gateway.net.server import HttpServer, Request, Responder
 
 
 async def answer(request: Request, responder: Responder) -> None:

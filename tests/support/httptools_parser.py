@@ -1,7 +1,7 @@
 """llhttp (through httptools) behind the interface of the gateway's own HTTP/1.1 parser,
-``gateway.http.h1.RequestParser``: a candidate replacement, measured by
+``gateway.net.h1.RequestParser``: a candidate replacement, measured by
 bench/h1_parsers.py and held to the gateway's parser by
-tests/http/test_h1_differential.py (each accepts what the other accepts, framed alike).
+tests/net/test_h1_differential.py (each accepts what the other accepts, framed alike).
 
 llhttp does the grammar (strict: every leniency off): the request line, CRLF line ends,
 token names, field values, Content-Length digits, chunk sizes and line ends, trailers,
@@ -36,7 +36,7 @@ from collections import deque
 
 import httptools
 
-from gateway.http.h1 import (
+from gateway.net.h1 import (
     _ABSOLUTE,
     _HOST,
     _VALUE_CHARS,
@@ -52,7 +52,7 @@ _KNOWN = {name: name for name in METHODS.values()}
 
 
 class LlhttpRequestParser:
-    """``gateway.http.h1.RequestParser``'s interface on llhttp; see the module."""
+    """``gateway.net.h1.RequestParser``'s interface on llhttp; see the module."""
 
     def __init__(self, *, max_head: int, max_body: int) -> None:
         self.max_head = max_head

@@ -1,8 +1,8 @@
-"""The timer wheel of :class:`~gateway.http.connections.Connections` (pure logic)."""
+"""The timer wheel of :class:`~gateway.net.connections.Connections` (pure logic)."""
 
 from __future__ import annotations
 
-from gateway.http.connections import Connections
+from gateway.net.connections import Connections
 
 SLOT_SECONDS = 0.25
 

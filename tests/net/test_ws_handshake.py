@@ -14,8 +14,8 @@ from websockets.typing import Subprotocol
 
 from gateway.auth import TWO_TOKENS
 from gateway.errors import Forbidden, GatewayError, InvalidRequest, Unauthenticated
-from gateway.http import ws_handshake
-from gateway.http.h1 import HttpError, RequestParser
+from gateway.net import ws_handshake
+from gateway.net.h1 import HttpError, RequestParser
 
 KEY = "dGhlIHNhbXBsZSBub25jZQ=="  # RFC 6455 §1.3
 GOOD = {

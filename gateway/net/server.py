@@ -1,5 +1,5 @@
 """The HTTP/1.1 listener: a thin asyncio adapter around the sans-I/O parser of
-:mod:`gateway.http.h1`.
+:mod:`gateway.net.h1`.
 
 One :class:`HttpConnection` per TCP connection parses requests (bounded header and
 body sizes), runs each request's handler as a task the server owns (and ends
@@ -28,9 +28,9 @@ from gateway.errors import (
     UnsupportedMediaType,
     error_body,
 )
-from gateway.http.h1 import HttpError, RequestParser, response_head
-from gateway.http.tasks import OwnedTasks
 from gateway.loopmetrics import LoopCounter
+from gateway.net.h1 import HttpError, RequestParser, response_head
+from gateway.net.tasks import OwnedTasks
 
 log = structlog.get_logger("gateway.http")
 
@@ -126,6 +126,22 @@ def _chunk(data: bytes) -> tuple[bytes, bytes, bytes]:
     return b"%x\r\n" % len(data), data, b"\r\n"
 
 
+class TransportWriter:
+    """The fan-out's writer port (``gateway.fanout.outbox.Writer``) on an asyncio
+    transport, in a body's framing.
+
+    Its members are the transport's own bound methods (and the framer), so the
+    fan-out's write, closing check and buffer count are one call each.
+    """
+
+    __slots__ = ("buffered", "is_closing", "write")
+
+    def __init__(self, transport: asyncio.Transport, chunked: bool) -> None:
+        self.write: Callable[[bytes], None] = body_writer(transport, chunked)
+        self.is_closing: Callable[[], bool] = transport.is_closing
+        self.buffered: Callable[[], int] = transport.get_write_buffer_size
+
+
 class Stream:
     """A response body of unknown length (SSE).  Write, then :meth:`end`."""
 
@@ -176,23 +192,19 @@ class Stream:
         else:
             transport.write(lead + data)
 
-    def raw_writer(self) -> Callable[[bytes], None]:
-        """The unchecked write of this body's framing, for the fan-out's hot path (no
-        check that the connection is open; an empty write still writes nothing)."""
+    def writer(self) -> TransportWriter:
+        """The fan-out's writer of this body's framing (``gateway.fanout.outbox.Writer``),
+        for its hot path: no check that the connection is open; an empty write still
+        writes nothing."""
         transport = self._conn.transport
         if transport is None:
             raise anyio.BrokenResourceError
-        return body_writer(transport, self._chunked)
+        return TransportWriter(transport, self._chunked)
 
     def buffered(self) -> int:
         """Bytes written but not yet taken by the kernel."""
         transport = self._conn.transport
         return 0 if transport is None else transport.get_write_buffer_size()
-
-    @property
-    def transport(self) -> asyncio.Transport | None:
-        """The connection's transport (None once the connection is lost)."""
-        return self._conn.transport
 
     def abort(self) -> None:
         """Drop the connection at once (a dead or hostile peer)."""
@@ -757,7 +769,7 @@ class HttpServer:
     def spawn(self, fn: RequestTask, request: Request) -> None:
         """Run a connection's task (its requests' handlers, :meth:`HttpConnection._serve`).
 
-        A plain asyncio task (:class:`~gateway.http.tasks.OwnedTasks`), not
+        A plain asyncio task (:class:`~gateway.net.tasks.OwnedTasks`), not
         ``start_soon``: anyio's task-group spawn costs a share of a single-event
         publish that matters.  The server still owns every such task: :meth:`aclose`
         cancels those that outlive their connections and waits for them, within the

@@ -6,7 +6,7 @@ import anyio
 import pytest
 import structlog
 
-from gateway.http.tasks import OwnedTasks
+from gateway.net.tasks import OwnedTasks
 
 pytestmark = pytest.mark.anyio
 

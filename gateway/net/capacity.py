@@ -3,7 +3,7 @@
 Three bounds refuse connections: the stream limits (``GATEWAY_MAX_CONNECTIONS`` and
 ``GATEWAY_MAX_TENANT_CONNECTIONS``, :mod:`gateway.limits`: 429), the node's share of
 the process's open-files limit (:func:`socket_limit`: a connection past it is answered
-503 and closed by :class:`gateway.http.server.HttpServer`), and the kernel itself
+503 and closed by :class:`gateway.net.server.HttpServer`), and the kernel itself
 (``accept()`` fails with EMFILE or ENFILE once files run out anyway).  Every refusal
 goes through one :class:`Refusals`, which counts it in
 ``gateway_connections_refused_total{reason}`` and says so in the log: at most one

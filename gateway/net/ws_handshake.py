@@ -1,6 +1,6 @@
 """The server side of the WebSocket opening handshake (RFC 6455 §4.2), sans I/O.
 
-The HTTP request is already parsed (:mod:`gateway.http.h1`); what is left is checking
+The HTTP request is already parsed (:mod:`gateway.net.h1`); what is left is checking
 the upgrade headers, the ``gateway.v1`` offer and the one credential, and writing the
 ``101`` answer.  python-websockets' handshake object does the same with general-purpose
 machinery (a connection id, a logger, its own header parsing, the ``Date`` header) that
@@ -18,7 +18,7 @@ on generated requests (tests/http/test_ws_handshake_differential.py):
   subprotocol names are case-sensitive); the answer names ``gateway.v1`` and nothing else.
 
 The parser refuses a repeated single-value field (``Sec-WebSocket-Key``,
-``Sec-WebSocket-Version``, ``Origin``, ``Authorization``: :data:`gateway.http.h1.SINGLE`)
+``Sec-WebSocket-Version``, ``Origin``, ``Authorization``: :data:`gateway.net.h1.SINGLE`)
 with 400 before this module sees the request, and joins the lines of a repeated list
 field (``Connection``, ``Upgrade``, ``Sec-WebSocket-Protocol``) with ``", "``.  Stricter
 than websockets, then: an empty list element is refused here (websockets skips them),
@@ -107,7 +107,7 @@ def accept_key(key: str) -> str:
 
 
 def check(headers: Mapping[str, str], http11: bool) -> str:
-    """Check an upgrade request's headers (lower-case names, as :mod:`gateway.http.h1`
+    """Check an upgrade request's headers (lower-case names, as :mod:`gateway.net.h1`
     hands them: single-value fields once, list fields joined); return the
     ``Sec-WebSocket-Accept`` value or raise :class:`HandshakeError` naming the field."""
     if not http11:

@@ -1,4 +1,4 @@
-"""``gateway.http.server``: which handlers a lost connection cancels.  A handler that
+"""``gateway.net.server``: which handlers a lost connection cancels.  A handler that
 streams runs inside ``Responder.cancelled_on_loss`` (the router puts the methods a
 route lists in ``Route.streams`` there) and is cancelled when its client goes; one that
 answers once runs to its end; a stream started outside such a scope is refused (500)."""
@@ -9,7 +9,7 @@ import anyio
 import httpx
 import pytest
 
-from gateway.http.server import HttpServer, Request, Responder
+from gateway.net.server import HttpServer, Request, Responder
 from tests.support.wait import until
 
 pytestmark = pytest.mark.anyio

@@ -1,4 +1,4 @@
-"""``gateway.http.server``: a keep-alive connection's requests are handled in turn by one
+"""``gateway.net.server``: a keep-alive connection's requests are handled in turn by one
 task of the connection's (``HttpConnection._serve``), which waits between requests and
 ends with the connection.  Real sockets, a real server."""
 
@@ -12,7 +12,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from gateway.http.server import Handler, HttpServer, Request, Responder
+from gateway.net.server import Handler, HttpServer, Request, Responder
 from tests.support.wait import until
 
 pytestmark = pytest.mark.anyio

@@ -7,7 +7,7 @@ from typing import Any
 
 import structlog
 
-from gateway.http import logcontext
+from gateway.net import logcontext
 
 
 def lines_of(fn: Any) -> list[dict[str, Any]]:

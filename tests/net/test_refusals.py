@@ -1,4 +1,4 @@
-"""Refused connections are counted and warned of (gateway/http/capacity.py).
+"""Refused connections are counted and warned of (gateway/net/capacity.py).
 
 Unit tests of :class:`Refusals` (an injected clock; the warnings captured from
 structlog), of the file budget's arithmetic, and over real sockets: an
@@ -21,7 +21,8 @@ import pytest
 import structlog
 
 from gateway.config import Settings
-from gateway.http.capacity import (
+from gateway.loopmetrics import LoopCounter
+from gateway.net.capacity import (
     INTERNAL_MAX_SOCKETS,
     RESERVED_FILES,
     Refusals,
@@ -29,8 +30,7 @@ from gateway.http.capacity import (
     reserved_files,
     socket_limit,
 )
-from gateway.http.server import HttpServer, Request, Responder
-from gateway.loopmetrics import LoopCounter
+from gateway.net.server import HttpServer, Request, Responder
 from tests.support import events as ev
 from tests.support.node import auth, metric, start_node
 from tests.support.wait import until
@@ -140,7 +140,7 @@ def test_raise_file_limit_raises_the_soft_limit_to_the_hard_one() -> None:
     code = (
         "import resource, json\n"
         "resource.setrlimit(resource.RLIMIT_NOFILE, (64, 256))\n"
-        "from gateway.http.capacity import raise_file_limit\n"
+        "from gateway.net.capacity import raise_file_limit\n"
         "print(json.dumps(raise_file_limit()))\n"
         "print(json.dumps(raise_file_limit()))\n"
     )

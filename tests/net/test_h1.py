@@ -1,4 +1,4 @@
-"""The sans-I/O HTTP/1.1 request parser (gateway.http.h1) against RFC 9112 / RFC 9110.
+"""The sans-I/O HTTP/1.1 request parser (gateway.net.h1) against RFC 9112 / RFC 9110.
 
 No sockets: bytes go in with ``receive``, requests or :class:`HttpError` come out.
 Every case of the tables runs twice, with the bytes fed all at once and fed one byte
@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 import pytest
 
-from gateway.http.h1 import (
+from gateway.net.h1 import (
     MAX_LINE,
     METHODS,
     NOT_TRAILERS,
@@ -24,7 +24,7 @@ from gateway.http.h1 import (
     RequestParser,
     response_head,
 )
-from gateway.http.server import MAX_HEAD_BYTES
+from gateway.net.server import MAX_HEAD_BYTES
 
 MAX_BODY = 64
 

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.http.server import HttpConnection, HttpServer, Request, Responder, body_writer
+from gateway.net.server import HttpConnection, HttpServer, Request, Responder, body_writer
 
 
 class RecordingTransport:
@@ -107,8 +107,8 @@ async def test_no_way_a_stream_writes_ends_its_body_before_end(hold_head: bool) 
         stream.write_nowait(b"")
         stream.write_nowait(b"a")
         stream.write_nowait(b"", b"")
-        stream.raw_writer()(b"")
-        stream.raw_writer()(b"b")
+        stream.writer().write(b"")
+        stream.writer().write(b"b")
         await stream.write(b"")
         await stream.write(b"c")
         response = b"".join(transport.writes)

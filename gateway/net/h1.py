@@ -10,8 +10,8 @@ ambiguous is resolved by a guess: where RFC 9112 requires CRLF, one value or a g
 anything else is refused (400 unless said otherwise), so no proxy in front can have
 framed the same bytes differently.
 
-What is accepted, by section of RFC 9112 (tests/http/test_h1.py has a case for each
-row; tests/http/test_h1_differential.py compares the parser with llhttp and h11 on
+What is accepted, by section of RFC 9112 (tests/net/test_h1.py has a case for each
+row; tests/net/test_h1_differential.py compares the parser with llhttp and h11 on
 generated requests).  The gateway keeps a parser of its own although llhttp behind the
 same interface costs about as much: llhttp accepts request lines and chunk lines that
 this table refuses, and httptools hands out nothing to check them by
