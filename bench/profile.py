@@ -74,7 +74,7 @@ EVENT: list[tuple[str, str]] = [
         "pub/sub read + parse (redis-py, listener, continuity)",
         r"\(redis/|gateway/store/",
     ),
-    ("WebSocket protocol", r"\(websockets/|gateway/http/websocket\.py"),
+    ("WebSocket protocol", r"\(websockets/|gateway/http/websocket\.py|gateway/session\.py"),
     ("hub (offer loop, outboxes, linger)", r"gateway/fanout/"),
     ("HTTP / connections", r"gateway/http/"),
     ("anyio (tasks, cancel scopes)", ANYIO),

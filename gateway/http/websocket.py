@@ -1,12 +1,14 @@
-"""``GET /v1/ws``: the ``gateway.v1`` WebSocket transport (docs/contract.md D6).
+"""``GET /v1/ws``: the ``gateway.v1`` WebSocket transport (docs/contract.md D6), the
+thin I/O adapter of the sans-I/O session of :mod:`gateway.session`.
 
-The handshake and every frame the client sends go through the ``websockets``
-library's sans-I/O protocol (``ServerProtocol``), which also answers pings and
-enforces the inbound message size.  Event frames for subscriptions are the shared,
-pre-encoded bytes the hub writes straight into the transport; control messages
-(``subscribed``, ``error``, pings, close) go through the protocol object.
+The session decides (every frame the client sends goes through it, and through the
+``websockets`` library's sans-I/O protocol inside it, which also answers pings and
+enforces the inbound message size); this adapter writes what it says to write and does
+what it says to do: open and end subscriptions, reschedule its timers, end the
+connection.  Event frames for subscriptions are the shared, pre-encoded bytes the hub
+writes straight into the connection.
 
-One :class:`Session` per socket, many subscriptions each run by the shared
+One :class:`Socket` per connection, many subscriptions each run by the shared
 :class:`~gateway.fanout.driver.Driver`: a subscription keeps a task only while it joins or
 catches up; live, the hub's state change wakes it (:meth:`_Entry.wake`).  The node's
 :class:`~gateway.net.connections.Ticker` drives every socket's pings and token expiry.
@@ -17,73 +19,42 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
-import os
 import time
 
 import anyio
 import structlog
-from websockets.frames import Close, Frame, Opcode
-from websockets.protocol import State
-from websockets.server import ServerProtocol
 
-from gateway import access
 from gateway.auth import Principal
-from gateway.cursor import Cursor, parse_cursor
-from gateway.dialects.ai_sdk_wire import parse_chunk_id
-from gateway.errors import (
-    CloseCode,
-    ErrorCode,
-    GatewayError,
-    InvalidRequest,
-    NotFound,
-    Unavailable,
-)
+from gateway.errors import CloseCode, GatewayError, Unavailable
 from gateway.fanout.driver import Driver, EndReason
 from gateway.fanout.outbox import Outbox
 from gateway.fanout.policy import Overflows
 from gateway.fanout.subscription import Subscription
-from gateway.feed import FeedKey
 from gateway.http.services import Services
 from gateway.net import logcontext, ws_handshake
 from gateway.net.server import Request, Responder, Stream, connection_id
 from gateway.net.tasks import OwnedTasks
+from gateway.session import Abort, Action, Finish, Join, Leave, Reschedule, Session
 from gateway.wire import ws
-from gateway.wire.aisdk import AI_SDK_WS
-from gateway.wire.format import Format
-from gateway.wire.registry import ws_format
 
 log = structlog.get_logger("gateway.ws")
-#: websockets' logger, looked up once (its protocol asks for one per socket).
-_WS_LOGGER = logging.getLogger("websockets.server")
 
-#: How long a closing socket waits for the client's close frame.
-CLOSE_TIMEOUT = 2.0
-#: Seconds the session waits, on its way out, for its tasks to end (each is bounded
+#: Seconds the socket waits, on its way out, for its tasks to end (each is bounded
 #: by its own waits: the Redis timeout, the write timeout); then they are cancelled.
 TASKS_END_WITHIN = 10.0
 TRANSPORT = "ws"
 
 
-def subscribe_cursor(fmt: Format, after: str | None) -> tuple[Cursor | None, int | None]:
-    """The subscription's ``after``: a cursor, or for the AI SDK format a chunk id
-    ``E:O:K`` too (resume after chunk K of the event at ``E:O``)."""
-    if after is None:
-        return None, None
-    if fmt is AI_SDK_WS:
-        chunk = parse_chunk_id(after)
-        return chunk.cursor, chunk.chunk
-    return parse_cursor(after), None
-
-
 class _Entry:
     """One feed of a socket: its driver (once opened) and the task driving it, if any."""
 
-    __slots__ = ("driver", "ended", "name", "session", "task")
+    __slots__ = ("driver", "ended", "name", "ref", "socket", "task")
 
-    def __init__(self, session: Session, name: str) -> None:
-        self.session = session
+    def __init__(self, socket: Socket, name: str, ref: int) -> None:
+        self.socket = socket
         self.name = name
+        #: The session's name for this subscription (:class:`gateway.session.Join`).
+        self.ref = ref
         self.driver: Driver | None = None
         #: The task driving the subscription (None while it is live).  Ending the
         #: entry cancels it: a plain task cancel, not an anyio scope per task (a scope
@@ -98,13 +69,13 @@ class _Entry:
 
     def wake(self, sub: Subscription) -> None:
         """The hub changed a live subscription's state: start a task to act on it."""
-        session = self.session
-        if self.task is not None or session._tasks is None or session._closing:
+        socket = self.socket
+        if self.task is not None or socket._tasks is None or socket.session.closing:
             return
-        if session.stream.closed:  # the connection is gone: release, do not start work
-            session._forget(self)
+        if socket.stream.closed:  # the connection is gone: release, do not start work
+            socket._forget(self)
             return
-        self.task = session._tasks.start(session._drive(self))
+        self.task = socket._tasks.start(socket._drive(self))
 
     def end(self) -> None:
         """Stop the task (if any) and release the subscription (idempotent)."""
@@ -122,7 +93,7 @@ class _Entry:
             self.driver.close()
 
 
-class Session:
+class Socket:
     """One open socket.  Create after the handshake, then ``await run()``."""
 
     def __init__(
@@ -131,7 +102,6 @@ class Session:
         *,
         principal: Principal,
         stream: Stream,
-        protocol: ServerProtocol,
         remote: str = "",
     ) -> None:
         #: This connection's id in the logs, and the client's address.
@@ -139,26 +109,18 @@ class Session:
         self.remote = remote
         self.services = services
         self.settings = services.settings
-        self.metrics = services.metrics
-        self.principal = principal
         self.stream = stream
-        self.protocol = protocol
+        self.session = Session(
+            principal, services.settings, services.auth.verify, clock=anyio.current_time
+        )
         self.outbox = Outbox(stream.writer(), self.settings.max_queue_bytes, services.hub.budget)
         self.entries: dict[str, _Entry] = {}
         self._overflows = Overflows()
-        self._bad_messages = 0
         #: The tasks driving entries (one per entry at most), while run() runs.
         self._tasks: OwnedTasks | None = None
-        self._closing = False
         # asyncio's Event, not anyio's: anyio's asks for the backend on every creation
-        # (one per connection); the session only ever runs on asyncio's loop.
+        # (one per connection); the socket only ever runs on asyncio's loop.
         self._closed = asyncio.Event()
-        self._ping_payload = b""
-        #: Monotonic time the outstanding ping was sent (None: none outstanding).
-        self._ping_sent: float | None = None
-        self._next_ping = anyio.current_time() + self.settings.ws_ping_interval
-        self._close_deadline: float | None = None
-        self.close_code: int | None = None
 
     def log(self) -> structlog.typing.FilteringBoundLogger:
         """A logger carrying this connection's context (made when needed: sockets are
@@ -166,126 +128,70 @@ class Session:
         bound: structlog.typing.FilteringBoundLogger = log.bind(
             conn_id=self.conn_id,
             transport="ws",
-            tenant=self.principal.tenant,
+            tenant=self.session.principal.tenant,
             remote=self.remote,
         )
         return bound
 
-    # -- bytes in ----------------------------------------------------------------
+    # -- the session's input and output ------------------------------------------------
 
     def on_data(self, data: bytes) -> None:
-        self.protocol.receive_data(data)
-        self._process()
+        self.session.receive_data(data)
+        self._pump()
 
     def on_eof(self) -> None:
-        self.protocol.receive_eof()
-        self._process()
+        self.session.receive_eof()
+        self._pump()
 
-    def _process(self) -> None:
-        for event in self.protocol.events_received():
-            if not isinstance(event, Frame):
-                continue
-            if event.opcode is Opcode.TEXT:
-                self._on_text(bytes(event.data))
-            elif event.opcode is Opcode.BINARY:
-                self._bad(InvalidRequest("binary frames are not part of gateway.v1"))
-            elif event.opcode is Opcode.PONG:
-                if self._ping_sent is not None and event.data == self._ping_payload:
-                    self._ping_sent = None
-                    self._next_ping = anyio.current_time() + self.settings.ws_ping_interval
-            elif event.opcode is Opcode.CLOSE:
-                self._end_subscriptions()
+    def _pump(self) -> None:
+        """Do what the session asks, then write what it has to send."""
+        session = self.session
+        actions = session.actions()
+        while actions:
+            for action in actions:
+                self._act(action)
+            actions = session.actions()
         self._flush()
-        if self.protocol.state is State.CLOSED or self.protocol.close_expected():
+
+    def _act(self, action: Action) -> None:
+        if isinstance(action, Join):
+            entry = self.entries[action.feed] = _Entry(self, action.feed, action.ref)
+            assert self._tasks is not None
+            entry.task = self._tasks.start(self._join(entry, action))
+        elif isinstance(action, Leave):
+            left = self.entries.pop(action.feed, None)
+            if left is not None:
+                left.end()
+        elif isinstance(action, Reschedule):
+            now = anyio.current_time()
+            self.services.connections.schedule(self, self.session.next_due(now, time.time()))
+        elif isinstance(action, Abort):
+            self.log().info(f"{action.why}: closing", **action.detail)
+            self.stream.abort()
+        else:
+            assert isinstance(action, Finish)
+            self._flush()
             self._finish()
 
     def _flush(self) -> None:
-        data = self.protocol.data_to_send()
+        data = self.session.data_to_send()
         if data and not self.stream.closed:
             with contextlib.suppress(anyio.BrokenResourceError):
-                self.stream.write_nowait(b"".join(data))
+                self.stream.write_nowait(data)
             if self.stream.buffered() > self.settings.max_queue_bytes:
                 # The client keeps asking (pings, subscribes) but does not read the
                 # answers: it may not grow our memory past its bound.
-                self.log().info("client does not read its replies: closing")
-                self.close_code = CloseCode.TOO_SLOW
-                self._end_subscriptions()
-                self.stream.abort()
-                self._finish()
+                self.session.abandon(CloseCode.TOO_SLOW, "client does not read its replies")
+                self._pump()
 
-    def _send(self, payload: bytes) -> None:
-        """A control message, through the protocol (never blocks; small)."""
-        if self.protocol.state is not State.OPEN:
-            return
-        self.protocol.send_text(payload)
-        self._flush()
-
-    def _bad(self, exc: GatewayError, feed: str | None = None) -> None:
-        self._bad_messages += 1
-        self._send(ws.error(str(exc.code), exc.message, feed))
-        if self._bad_messages > self.settings.ws_max_bad_messages:
-            self.close(CloseCode.POLICY_VIOLATION, "too many invalid messages")
-
-    def _on_text(self, text: bytes) -> None:
-        if self._closing:
-            return
-        try:
-            message = ws.decode_client(text)
-        except ws.MessageError as exc:
-            self._bad(exc, exc.feed)
-            return
-        if isinstance(message, ws.Subscribe):
-            self._subscribe(message)
-        elif isinstance(message, ws.Unsubscribe):
-            self._unsubscribe(message.feed)
-        else:
-            self._refresh(message.token)
-
-    # -- subscriptions -------------------------------------------------------------
-
-    def _subscribe(self, message: ws.Subscribe) -> None:
-        name = message.feed
-        try:
-            key = access.feed_named(self.principal, name)
-            fmt = ws_format(key.kind, message.format)
-            cursor, piece = subscribe_cursor(fmt, message.after)
-        except GatewayError as exc:
-            # An error about a feed ends that feed's subscription, and only that one.
-            self._unsubscribe(name)
-            if isinstance(exc, InvalidRequest):
-                self._bad(exc, name)
-            else:
-                self._send(ws.error(str(exc.code), exc.message, name))
-            return
-        limit = self.settings.ws_max_subscriptions
-        if name not in self.entries and len(self.entries) >= limit:
-            self._send(
-                ws.error(
-                    str(ErrorCode.RATE_LIMITED),
-                    f"at most {limit} subscriptions per socket",
-                    name,
-                )
-            )
-            return
-        # Subscribing again replaces the subscription (e.g. after epoch_restarted).
-        self._unsubscribe(name)
-        entry = self.entries[name] = _Entry(self, name)
-        assert self._tasks is not None
-        entry.task = self._tasks.start(self._join(entry, key, cursor, fmt, piece))
-
-    def _unsubscribe(self, name: str) -> None:
-        entry = self.entries.pop(name, None)
-        if entry is not None:
-            entry.end()
+    # -- subscriptions -----------------------------------------------------------------
 
     @property
     def subs(self) -> dict[str, Subscription]:
         """The open subscriptions by feed name."""
         return {n: e.sub for n, e in self.entries.items() if e.sub is not None}
 
-    async def _join(
-        self, entry: _Entry, key: FeedKey, cursor: Cursor | None, fmt: Format, piece: int | None
-    ) -> None:
+    async def _join(self, entry: _Entry, join: Join) -> None:
         """Open a subscription (with its prelude), then drive it until it is live.
 
         Runs as the entry's task: :meth:`_Entry.end` cancels it.
@@ -293,23 +199,21 @@ class Session:
         name = entry.name
         driver = self.services.driver(self._overflows)
         try:
-            sub = await driver.open(key, cursor, fmt, after_piece=piece)
+            sub = await driver.open(join.key, join.cursor, join.fmt, after_piece=join.piece)
         except GatewayError as exc:
             if self.entries.get(name) is entry:  # not replaced or unsubscribed meanwhile
                 del self.entries[name]
-                message = access.NO_SUCH_FEED if isinstance(exc, NotFound) else exc.message
-                self._send(ws.error(str(exc.code), message, name))
+                self.session.join_failed(name, entry.ref, exc)
+                self._pump()
             return
-        if self.entries.get(name) is not entry:
+        # `subscribed` goes out with the first bytes the driver writes (the prelude, the
+        # join's page): one syscall where it was two.
+        lead = self.session.subscribed(name, entry.ref, sub.head)
+        if self.entries.get(name) is not entry or lead is None:
             driver.close()
             return
         entry.driver = driver
         driver.attach(self.outbox)
-        # `subscribed` goes out with the first bytes the driver writes (the prelude, the
-        # join's page): one syscall where it was two.  Framed here, not by the protocol,
-        # which keeps no state for the frames the server sends.
-        opened = self.protocol.state is State.OPEN
-        lead = ws.frame(ws.subscribed(name, sub.head)) if opened else b""
         await self._drive(entry, lead)
 
     async def _drive(self, entry: _Entry, lead: bytes = b"") -> None:
@@ -334,108 +238,44 @@ class Session:
         if reason is EndReason.SLOW:
             self.close(CloseCode.TOO_SLOW, "too slow: resume from your last cursors")
             return
-        self._forget(entry)
-        if reason is EndReason.ERROR and driver.error is not None:
-            # The store failed mid-way (unavailable): end this subscription only; the
-            # client resubscribes from its last cursor.
-            self._send(ws.error(str(driver.error.code), driver.error.message, entry.name))
-        elif reason is EndReason.CLIENT:
+        # The store failed mid-way (unavailable): this subscription ends with the
+        # error; the client resubscribes from its last cursor.
+        error = driver.error if reason is EndReason.ERROR else None
+        self._forget(entry, error)
+        if reason is EndReason.CLIENT:
             self._finish()
 
-    def _forget(self, entry: _Entry) -> None:
+    def _forget(self, entry: _Entry, error: GatewayError | None = None) -> None:
+        """The entry ended by itself: release it and tell the session."""
         if self.entries.get(entry.name) is entry:
             del self.entries[entry.name]
+            self.session.ended(entry.name, entry.ref, error)
+            self._pump()
         entry.end()
 
-    def _end_subscriptions(self) -> None:
-        for name in list(self.entries):
-            self._unsubscribe(name)
-
-    # -- credentials ---------------------------------------------------------------
-
-    def _refresh(self, token: str) -> None:
-        try:
-            fresh = self.services.auth.verify(token)
-        except GatewayError as exc:
-            self._send(ws.error(str(exc.code), exc.message))
-            return
-        old = self.principal
-        if (fresh.issuer, fresh.tenant, fresh.subject) != (old.issuer, old.tenant, old.subject):
-            self._send(
-                ws.error(
-                    str(ErrorCode.UNAUTHENTICATED),
-                    "a refreshed token must have the same iss, tenant and sub",
-                )
-            )
-            return
-        try:
-            fresh.require_subscribe()
-        except GatewayError as exc:
-            self._send(ws.error(str(exc.code), exc.message))
-            return
-        self.principal = fresh
-        # The fresh token may expire sooner than the one it replaces.
-        now = anyio.current_time()
-        self.services.connections.schedule(self, self.next_due(now, time.time()))
-        for name in list(self.entries):
-            try:
-                access.feed_named(fresh, name)
-            except GatewayError:
-                self._unsubscribe(name)
-                self._send(ws.error(str(ErrorCode.NOT_FOUND), "no such feed", name))
+    # -- timers and closing ------------------------------------------------------------
 
     def tick(self, now: float, wall: float) -> float:
-        """Timers, driven by the node's one :class:`Ticker` task: token expiry, pings
-        and their timeout, and the close handshake's timeout.  Returns when the next
-        one is due (monotonic)."""
-        if self._close_deadline is not None:
-            if now >= self._close_deadline:
-                self._finish()
-                return now + CLOSE_TIMEOUT
-            return self._close_deadline
-        if wall >= self.principal.expires_at:
-            self.close(CloseCode.UNAUTHENTICATED, "token expired")
-            return now + CLOSE_TIMEOUT
-        if self._ping_sent is not None:
-            if now - self._ping_sent > self.settings.ws_ping_timeout:
-                self.log().info("ping timeout: closing", timeout=self.settings.ws_ping_timeout)
-                # A peer that does not answer may not read either: do not wait on it.
-                self.close_code = CloseCode.KEEPALIVE_TIMEOUT
-                self._end_subscriptions()
-                self.stream.abort()
-                self._finish()
-                return now + CLOSE_TIMEOUT
-        elif now >= self._next_ping and self.protocol.state is State.OPEN:
-            self._ping_payload = os.urandom(4)
-            self._ping_sent = now
-            self.protocol.send_ping(self._ping_payload)
-            self._flush()
-        return self.next_due(now, wall)
+        """Timers, driven by the node's one :class:`Ticker` task (the session's:
+        token expiry, pings and their timeout, the close handshake's timeout).
+        Returns when the next one is due (monotonic)."""
+        due = self.session.tick(now, wall)
+        self._pump()
+        return due
 
     def next_due(self, now: float, wall: float) -> float:
-        """When the ping (or its timeout) or the token's expiry is next due."""
-        if self._ping_sent is not None:
-            ping = self._ping_sent + self.settings.ws_ping_timeout
-        else:
-            ping = self._next_ping
-        return min(ping, now + max(0.0, self.principal.expires_at - wall))
-
-    # -- closing -------------------------------------------------------------------
+        return self.session.next_due(now, wall)
 
     def close(self, code: int, reason: str) -> None:
         """Close with ``code``: subscriptions end, the close frame goes out, then the
-        transport closes when the client answers or after ``CLOSE_TIMEOUT``."""
-        if self._closing:
-            return
-        self._closing = True
-        self.close_code = code
-        self._end_subscriptions()
-        if self.protocol.state is State.OPEN:
-            self.protocol.send_close(code, reason)
-            self._flush()
-        # The client's close frame ends it sooner (see _process).
-        self._close_deadline = anyio.current_time() + CLOSE_TIMEOUT
-        self.services.connections.schedule(self, self._close_deadline)
+        connection closes when the client answers or after the session's timeout."""
+        self.session.close(code, reason)
+        self._pump()
+
+    def shutdown(self) -> None:
+        """Drain: close with 1012 so the client reconnects elsewhere and resumes."""
+        self.session.shutdown()
+        self._pump()
 
     def _finish(self) -> None:
         if not self._closed.is_set():
@@ -445,16 +285,16 @@ class Session:
     async def run(self, trailing: bytes) -> None:
         """Serve the socket until it closes (or the connection is lost).
 
-        Entries are driven by tasks of the session's own (:class:`OwnedTasks`: a task
+        Entries are driven by tasks of the socket's own (:class:`OwnedTasks`: a task
         per ``subscribe`` through anyio's task group was ~4% of a reconnect).  Ending an
         entry cancels its task; on the way out every entry is ended and the tasks are
-        waited for.  A task that fails ends the session, and its exception is raised
+        waited for.  A task that fails ends the socket, and its exception is raised
         here once the others have ended.
         """
         tasks = self._tasks = OwnedTasks(on_failure=lambda _: self._finish())
         # What follows is a ``finally`` whose waits are outside the exception handler
         # (README, "The compiled hot path"): the exception that ended the wait, if any,
-        # is raised again once the session has been cleaned up.
+        # is raised again once the socket has been cleaned up.
         ended: BaseException | None = None
         try:
             if trailing:
@@ -463,17 +303,17 @@ class Session:
         except BaseException as exc:
             ended = exc
         # Also when the connection was lost (a reset cancels us): live subscriptions
-        # keep no task, so nothing else would release them.  Closing first: no entry
+        # keep no task, so nothing else would release them.  Stopped first: no entry
         # starts a task from here on.
-        self._closing = True
-        self._end_subscriptions()
+        self.session.stop()
+        self._pump()
         try:
             if not await tasks.wait(TASKS_END_WITHIN):
                 tasks.cancel()
                 await tasks.wait(TASKS_END_WITHIN)
         finally:
             # Also when cancelled during the wait: the tasks' on_failure holds this
-            # session (a cycle only the GC would free).
+            # socket (a cycle only the GC would free).
             self._tasks = None
         self.outbox.release()
         if ended is not None:
@@ -486,18 +326,7 @@ class Session:
 
     def final_code(self) -> int | None:
         """The close code the server chose, or None when the client closed first."""
-        if self.close_code is None and isinstance(self.protocol.close_sent, Close):
-            # The protocol closed by itself (a message too big, a protocol error) or
-            # answered the client's close.
-            sent = self.protocol.close_sent.code
-            received = self.protocol.close_rcvd
-            if not (isinstance(received, Close) and received.code == sent):
-                return sent
-        return self.close_code
-
-    def shutdown(self) -> None:
-        """Drain: close with 1012 so the client reconnects elsewhere and resumes."""
-        self.close(CloseCode.SERVICE_RESTART, "service restart: reconnect and resume")
+        return self.session.final_code()
 
 
 async def upgrade(
@@ -505,7 +334,7 @@ async def upgrade(
 ) -> None:
     """``GET /v1/ws``: check the handshake, Origin, subprotocol and the one credential
     (:func:`ws_handshake.negotiate`, before any token is verified), verify the token,
-    and hand over to a Session.  Every refusal is an HTTP error answer; the parser
+    and hand over to a Socket.  Every refusal is an HTTP error answer; the parser
     closes the connection after it (an Upgrade that is not switched ends it)."""
     settings, metrics = services.settings, services.metrics
     if services.hub.draining:
@@ -515,52 +344,45 @@ async def upgrade(
     principal = services.auth.verify(handshake.token)
     principal.require_subscribe()
     accept = handshake.accept
-    # The frames from here on: websockets' protocol, already open (the handshake was
-    # ours), with one logger for every socket instead of a lookup per socket.
-    protocol = ServerProtocol(
-        state=State.OPEN, max_size=settings.ws_max_message_bytes, logger=_WS_LOGGER
-    )
     # Refused (429) before the upgrade; the lease is given back on every exit path
     # (client gone, errors, cancellation).
     with services.limits.acquire(principal.tenant):
-        session: Session | None = None
+        socket: Socket | None = None
         pending: list[bytes] = []
 
         def on_data(data: bytes) -> None:
-            if session is None:
+            if socket is None:
                 pending.append(data)
             else:
-                session.on_data(data)
+                socket.on_data(data)
 
         def on_eof() -> None:
-            if session is not None:
-                session.on_eof()
+            if socket is not None:
+                socket.on_eof()
 
         remote = responder.remote
         trailing, stream = responder.take_over(on_data, on_eof)
         stream.write_nowait(ws_handshake.response(accept, ws.SUBPROTOCOL))
         # Idle sockets are many: keep nothing of the handshake alive.
         request.headers.clear()
-        session = Session(
-            services, principal=principal, stream=stream, protocol=protocol, remote=remote
-        )
-        services.connections.add_timed(session, session.next_due(anyio.current_time(), time.time()))
+        socket = Socket(services, principal=principal, stream=stream, remote=remote)
+        services.connections.add_timed(socket, socket.next_due(anyio.current_time(), time.time()))
         metrics.connections.labels(TRANSPORT).inc()
         metrics.connects.labels(TRANSPORT).inc()
-        # The session's own lines carry its context via Session.log(); this binds it
+        # The socket's own lines carry its context via Socket.log(); this binds it
         # for whatever else logs in this task.
         with logcontext.bound(
-            conn_id=session.conn_id, transport=TRANSPORT, tenant=principal.tenant, remote=remote
+            conn_id=socket.conn_id, transport=TRANSPORT, tenant=principal.tenant, remote=remote
         ):
             log.info("connection opened")
             try:
-                await session.run(trailing + b"".join(pending))
+                await socket.run(trailing + b"".join(pending))
             finally:
                 # Also when the transport's loss cancelled us: the reason is what
                 # the server decided before closing, if anything.
-                services.connections.discard(session)
+                services.connections.discard(socket)
                 metrics.connections.labels(TRANSPORT).dec()
-                code = session.final_code()
+                code = socket.final_code()
                 # A node stopping without a drain closes its sockets itself: its end,
                 # not the client's.
                 reason = "shutdown" if code is None and stream.server_stopping else _reason(code)
@@ -584,4 +406,4 @@ def _reason(code: int | None) -> str:
     return reasons.get(code, "error")
 
 
-__all__ = ["Session", "upgrade"]
+__all__ = ["Socket", "upgrade"]

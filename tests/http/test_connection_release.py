@@ -21,7 +21,7 @@ from websockets.asyncio.client import ClientConnection
 
 from gateway.app import Gateway
 from gateway.fanout.driver import Driver
-from gateway.http.websocket import Session, _Entry
+from gateway.http.websocket import Socket, _Entry
 from gateway.net.server import HttpConnection
 from tests.support import events as ev
 from tests.support.node import auth, open_ws, start_node
@@ -29,7 +29,7 @@ from tests.support.wait import until
 
 pytestmark = pytest.mark.anyio
 
-PER_CONNECTION = (HttpConnection, Session, _Entry, Driver)
+PER_CONNECTION = (HttpConnection, Socket, _Entry, Driver)
 
 
 @pytest.fixture
