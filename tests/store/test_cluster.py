@@ -1,4 +1,4 @@
-"""The gateway on a Redis Cluster (issue 13, GATEWAY_REDIS_CLUSTER): integration tests.
+"""The gateway on a Redis Cluster (GATEWAY_REDIS_CLUSTER): integration tests.
 
 One cluster of the module's own (3 masters, no replicas, ``redis-cli --cluster
 create``; :mod:`tests.support.redis_cluster`), each test with its own key prefix.
