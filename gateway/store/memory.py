@@ -12,6 +12,7 @@ from collections import OrderedDict, deque
 from collections.abc import Mapping, Sequence
 
 import anyio
+import anyio.lowlevel
 
 from gateway.cursor import Cursor
 from gateway.errors import HeadMoved, IdempotencyKeyReused
@@ -274,7 +275,8 @@ class MemoryStore(FeedStore, LiveFeed, FoldStore, RunIndex):
     ) -> None:
         # Everything is pushed by this call: there is no I/O callback to push from.
         found = self._collect(positions, count)
-        if not found:
+        waited = not found
+        if waited:
             changed = self._changed
             with anyio.move_on_after(block_ms / 1000):
                 await changed.wait()
@@ -282,6 +284,11 @@ class MemoryStore(FeedStore, LiveFeed, FoldStore, RunIndex):
         linger = self.policy.lingers(*push(sink, found))
         if linger:
             await anyio.sleep(linger)
+        elif not waited:
+            # Nothing above gave the loop a turn: let the followers act on what was
+            # pushed before the next read (a deleted feed is found again on every read
+            # until its followers have left, which they cannot do while this spins).
+            await anyio.lowlevel.checkpoint()
 
     def _collect(self, positions: Mapping[FeedKey, Cursor], count: int) -> dict[FeedKey, Batch]:
         out: dict[FeedKey, Batch] = {}
