@@ -28,7 +28,7 @@ import anyio
 import hiredis
 import structlog
 
-from gateway.store.redis.connection import ListenerAddress
+from gateway.store.redis.client.topology import ListenerAddress
 from gateway.store.redis.faults import ListenerLost
 from gateway.store.redis.resp import PLAIN, Dial, open_raw, pack, refused
 

@@ -28,7 +28,9 @@ from gateway.feed import FeedKey, StoredItem
 from gateway.limits import Charge
 from gateway.store.base import Batch, LiveFeed, LiveSink, Positions, push
 from gateway.store.hold import HoldPolicy
-from gateway.store.redis.connection import ListenerAddress, RedisConnection, translate
+from gateway.store.redis.client.errors import map_exceptions
+from gateway.store.redis.client.topology import ListenerAddress
+from gateway.store.redis.connection import RedisConnection
 from gateway.store.redis.feeds import RedisFeeds, stored_item
 from gateway.store.redis.listener import HandOver, Listener, Messages, Waker
 from gateway.store.redis.listener import connect as connect_listener
@@ -228,7 +230,7 @@ class RedisLive(LiveFeed):
         # share of every event): each wait inside has its own bound (the waker's
         # timer, the subscribe's confirmation, the listener's connect, redis-py's
         # socket timeouts for the cluster's topology).
-        with translate("read_new"):
+        with map_exceptions("read_new"):
             pushed, todo, stamps, transient = await self._listen(positions, block_ms, sink)
         if len(self._stream_keys) > 2 * len(positions) + 1000:
             self._forget_keys(positions)
