@@ -1,4 +1,4 @@
-"""Connection costs (issue 17): idle WebSocket subscribers, and reconnect churn.
+"""Connection costs: idle WebSocket subscribers, and reconnect churn.
 
     flock /tmp/bench.lock uv run python bench/conns.py idle             # 5,000 on 1,000 feeds
     flock /tmp/bench.lock uv run python bench/conns.py idle -n 5000 -c 1000 --window 20

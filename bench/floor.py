@@ -3,8 +3,8 @@
     flock /tmp/bench.lock uv run python bench/floor.py              # the agent shapes, 4 readers
     uv run python bench/floor.py --shapes 1000x5@4000 --readers c,py-hold --seconds 8
 
-Issue 17 asks for 50 us of gateway CPU per event (five deliveries) at 1-20 events/s
-per feed, and for five times the better peer.  This tool measures what the same shape
+The agent target is 50 us of gateway CPU per event (five deliveries) at 1-20 events/s
+per feed, and five times the better peer.  This tool measures what the same shape
 costs a reader that does only the unavoidable part, on the same machine, so a gateway
 figure can be read against it:
 

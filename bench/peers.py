@@ -2,7 +2,7 @@
 
     uv run python bench/peers.py                          # every scenario below, all three
     uv run python bench/peers.py ws-100x10-max --only socketio,gateway
-    uv run python bench/peers.py agent            # issue 17's fixed-rate agent scenarios
+    uv run python bench/peers.py agent            # the fixed-rate agent scenarios
 
 The peers are the ones shipped with ``../shared/tools/fanbench`` (its README): copy
 them somewhere writable and install them first::
@@ -192,7 +192,9 @@ HEADER = (
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "scenarios", nargs="*", help=f"default: {' '.join(SCENARIOS)}; 'agent': issue 17's"
+        "scenarios",
+        nargs="*",
+        help=f"default: {' '.join(SCENARIOS)}; 'agent': the fixed-rate agent scenarios",
     )
     parser.add_argument("--only", default=",".join(SYSTEMS), help="systems, comma-separated")
     parser.add_argument("--peers", default="/tmp/fanbench-peers", help="installed peers")

@@ -1,4 +1,4 @@
-"""py-spy profiles of the gateway under issue 17's loads, and their breakdown.
+"""py-spy profiles of the gateway under the agent loads, and their breakdown.
 
     uv pip install py-spy                       # measurement only, not in the lock
     flock /tmp/bench.lock uv run python bench/profile.py publish --raw /tmp/pub.txt

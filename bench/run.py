@@ -3,7 +3,7 @@
     uv run python bench/run.py                       # every scenario
     uv run python bench/run.py ws-1k-max sse-1k-max  # some of them
     uv run python bench/run.py --list
-    uv run python bench/run.py agent                 # issue 17's fixed-rate agent scenarios
+    uv run python bench/run.py agent                 # the fixed-rate agent scenarios
 
 Each scenario starts its own ``redis-server`` (pinned to CPU 1, no persistence) and a
 ``gateway serve`` process pinned to CPU 0 with authentication and metrics on, creates
@@ -95,7 +95,7 @@ SCENARIOS = [
     ),
     Scenario("sse-1k-50eps", "sse", 1000, rate=50, note="SSE latency"),
     Scenario("ws-1-50eps", "ws", 1, rate=50, duration=5, note="one subscriber: the floor"),
-    # Agent traffic (issue 17): many small feeds at fixed rates.  fanbench sends event k
+    # Agent traffic: many small feeds at fixed rates.  fanbench sends event k
     # to channel k % channels, so each feed gets rate / channels events per second.
     Scenario(
         "ws-1000x5-1000eps",
@@ -122,7 +122,7 @@ SCENARIOS = [
         channels=1000,
         rate=500,
         duration=8,
-        note="0.5 ev/s per feed: below issue 17's range; too sparse for a hold",
+        note="0.5 ev/s per feed: below the agent range (1-20 ev/s); too sparse for a hold",
     ),
     Scenario(
         "ws-100x5-2000eps",
@@ -135,7 +135,7 @@ SCENARIOS = [
     ),
 ]
 
-#: The fixed-rate agent scenarios of issue 17 (``bench/peers.py`` runs them too).
+#: The fixed-rate agent scenarios (``bench/peers.py`` runs them too).
 AGENT_SCENARIOS = ["ws-1000x5-1000eps", "ws-1000x5-4000eps", "ws-100x5-2000eps", "ws-1-50eps"]
 
 

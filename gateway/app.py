@@ -165,8 +165,14 @@ def build_backend(settings: Settings, metrics: Metrics | None = None) -> Backend
             tombstone_seconds=settings.redis_tombstone_seconds,
             cluster=settings.redis_cluster,
             inbox_shards=settings.redis_inbox_shards,
+            linger=settings.fanout_linger_ms / 1000,
         )
-    return memory_backend(MemoryStore(tombstone_seconds=settings.redis_tombstone_seconds))
+    return memory_backend(
+        MemoryStore(
+            tombstone_seconds=settings.redis_tombstone_seconds,
+            linger=settings.fanout_linger_ms / 1000,
+        )
+    )
 
 
 @contextlib.asynccontextmanager
@@ -192,7 +198,6 @@ async def running(
         history_page=settings.history_page,
         max_node_buffer_bytes=settings.max_node_buffer_bytes,
         max_queue_bytes=settings.max_queue_bytes,
-        linger_ms=settings.fanout_linger_ms,
         hooks=hooks,
     )
     metrics.buffered_bytes.set_function(lambda: hub.budget.total)

@@ -80,7 +80,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     #: The longest the reader lingers, in milliseconds, after a read that fanned out to
     #: few subscribers per item (many small feeds), so that one read takes several
     #: items (on Redis: shorter while messages come fast, none while they are sparse).
-    #: It is also the most an event waits for company, so 2 ms, issue 17's bound; a
+    #: It is also the most an event waits for company, so 2 ms by default; a
     #: longer one saves wake-ups at 1-5 events a second per feed (docs/benchmarks.md).
     fanout_linger_ms: float = 2.0
     #: How long a blocking Redis read waits before it reports progress anyway.

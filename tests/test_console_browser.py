@@ -1,4 +1,4 @@
-"""The console page in headless Chromium, fed by the demo, across a node restart (issue 16).
+"""The console page in headless Chromium, fed by the demo, across a node restart.
 
 A node runs on Redis with the console on; the demo (gateway.demo.run_demo) publishes into
 it; the page, served by the node at ``/console/``, signs in with the token from its URL

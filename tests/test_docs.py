@@ -472,6 +472,22 @@ def test_commentary_is_comments_and_docstrings() -> None:
     assert gateway_sources(), "the package has modules"
 
 
+def code_sources() -> list[Path]:
+    """The modules whose commentary must speak of the product: the package, the tests,
+    the scripts and the benchmarks."""
+    return gateway_sources() + sorted(
+        path
+        for folder in ("tests", "scripts", "bench")
+        for path in (ROOT / folder).rglob("*.py")
+        if "node_modules" not in path.parts  # npm packages installed for the JS tests, peers
+    )
+
+
+@pytest.mark.parametrize("source", code_sources(), ids=rel)
+def test_code_speaks_of_the_product(source: Path) -> None:
+    assert history_references(commentary(text(source))) == []
+
+
 @pytest.mark.parametrize("doc", product_docs(), ids=rel)
 def test_product_docs_speak_of_the_product(doc: Path) -> None:
     assert history_references(text(doc)) == []

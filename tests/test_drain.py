@@ -1,4 +1,4 @@
-"""Draining a node under load (issue 7; contract D2, D6, D8).
+"""Draining a node under load (contract D2, D6, D8).
 
 Two real ``gateway serve`` processes share one Redis behind a round-robin load balancer
 (tests/support/balancer.py).  WebSocket clients and SSE clients follow three team feeds

@@ -15,7 +15,6 @@ import functools
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import ClassVar
 
 import anyio
 import structlog
@@ -116,10 +115,6 @@ class _Positions(Positions):
 class Hub:
     """Fan-out for one node.  Run :meth:`run` in the node's task group."""
 
-    #: Linger before the next read when the last one fanned out to fewer subscribers
-    #: than this per item (many small feeds); never when items go to many subscribers.
-    LINGER_BELOW: ClassVar[int] = 50
-
     def __init__(
         self,
         feeds: FeedStore,
@@ -131,7 +126,6 @@ class Hub:
         history_page: int = 500,
         max_node_buffer_bytes: int = 256 * 1024 * 1024,
         max_queue_bytes: int = 1024 * 1024,
-        linger_ms: float = 2.0,
         hooks: Hooks | None = None,
     ) -> None:
         self.feeds = feeds
@@ -141,7 +135,6 @@ class Hub:
         self.read_block_ms = read_block_ms
         self.history_page = history_page
         self.hooks = hooks or Hooks()
-        self.linger = linger_ms / 1000
         #: Live writes are at most this large, so each fits a connection's bound.
         self.offer_chunk_bytes = max(1, max_queue_bytes // 4)
         #: The node-wide bound on bytes buffered for clients (shared by every outbox).
@@ -433,14 +426,12 @@ class Hub:
                 with anyio.move_on_after(self.read_block_ms / 1000):
                     await self._changed.wait()
                 continue
-            batches: dict[FeedKey, Batch] | None = None
+            read = False
             try:
-                batches = await self.live.read_new(
-                    self._positions,
-                    count=self.read_batch,
-                    block_ms=self.read_block_ms,
-                    direct=self._direct,
+                await self.live.read_new(
+                    self._positions, self, count=self.read_batch, block_ms=self.read_block_ms
                 )
+                read = True
             except Unavailable as exc:
                 self.metrics.redis_errors.inc()
                 self._failing = True
@@ -449,7 +440,7 @@ class Hub:
                 # A bug must not stop the node's only reader: log it, back off, go on.
                 self.metrics.redis_errors.inc()
                 log.exception("feed read failed unexpectedly", retry_in=backoff)
-            if batches is None:
+            if not read:
                 # The back-off is awaited here, not in the handlers: README, "The
                 # compiled hot path".
                 await anyio.sleep(backoff)
@@ -460,41 +451,35 @@ class Hub:
                 self._failing = False
                 self._outage.recovered()
             self.last_progress = time.monotonic()
-            linger = self._linger_after(*self._dispatch_all(batches))
-            if linger:
-                await self.live.linger(linger)
 
-    def _direct(self, batches: dict[FeedKey, Batch]) -> float:
-        """Batches the store hands over while :meth:`run` waits in ``read_new`` (each
-        continues its channel's position): dispatched as if that read had returned
-        them.  Returns how long the store should hold further notifications: the
-        linger, on the same rule as after a read."""
-        return self._linger_after(*self._dispatch_all(batches))
+    # -- what the store pushes (gateway.store.base.LiveSink) ----------------------------
 
-    def _dispatch_all(self, batches: dict[FeedKey, Batch]) -> tuple[int, int]:
-        """Dispatch each feed's batch; returns the items and the offers (items times
-        subscriptions) there were."""
-        items = offers = 0
-        for feed, batch in batches.items():
-            channel = self.channels.get(feed)
-            if channel is None:
-                continue
-            items += len(batch.items)
-            offers += len(channel.subs) * len(batch.items)
-            try:
-                self._dispatch(channel, batch)
-            except Exception:
-                # One feed's trouble must not stop the node's reader for all.
-                log.exception("dispatch failed", kind=feed.kind.value)
-        return items, offers
+    def on_items(self, feed: FeedKey, batch: Batch) -> int:
+        """A batch that continues the channel's position (from the reader's read, or
+        from the store's I/O callback while the reader waits): offered to every live
+        subscription.  Returns how many subscriptions the channel had (0: no channel)."""
+        channel = self.channels.get(feed)
+        if channel is None:
+            return 0
+        reached = len(channel.subs)
+        self._dispatch_safely(channel, batch)
+        return reached
 
-    def _linger_after(self, items: int, offers: int) -> float:
-        """Seconds to let more arrive before the next read: the linger when the items
-        went to few subscribers each (the work of each read is then mostly its own
-        overhead, so one read should take several items), else none."""
-        if items and offers < self.LINGER_BELOW * items:
-            return self.linger
-        return 0.0
+    def on_gap(self, feed: FeedKey, reset: FeedState | None) -> None:
+        """The feed no longer continues what was delivered: it moved to ``reset``, or
+        is gone (None).  Its subscriptions are restarted or told it is gone."""
+        channel = self.channels.get(feed)
+        if channel is not None:
+            gap = Batch([], gone=True) if reset is None else Batch([], reset=reset)
+            self._dispatch_safely(channel, gap)
+
+    def _dispatch_safely(self, channel: Channel, batch: Batch) -> None:
+        try:
+            self._dispatch(channel, batch)
+        except Exception:
+            # One feed's trouble must not stop the node's reader for all (nor reach
+            # the store's I/O callback it may run in).
+            log.exception("dispatch failed", kind=channel.feed.kind.value)
 
     def _dispatch(self, channel: Channel, batch: Batch) -> None:
         if batch.gone:

@@ -26,9 +26,8 @@ from __future__ import annotations
 import abc
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
-import anyio
 import msgspec
 
 from gateway.cursor import Cursor
@@ -44,11 +43,14 @@ def epoch_floor(now_ms: int, previous: int) -> int:
 
 
 class Batch(msgspec.Struct):
-    """What one live read returned for one feed.
+    """What one live read found for one feed, as a store assembles it before
+    :func:`push` hands it to the hub.
 
     ``reset`` is set when the feed's history no longer continues the position that was
     read from (a rollback or a loss was detected and the feed moved to a new epoch, or
-    is gone): followers of the feed must be told ``epoch_restarted``.
+    is gone): followers of the feed must be told ``epoch_restarted``.  A reset and
+    ``gone`` reach the hub as a gap (:meth:`LiveSink.on_gap`), the rest as items
+    (:meth:`LiveSink.on_items`).
     """
 
     items: list[StoredItem]
@@ -209,46 +211,75 @@ class Positions(Mapping[FeedKey, Cursor]):
     generation: int
 
 
-#: Takes batches that continue their feeds' positions (see :meth:`LiveFeed.read_new`)
-#: and returns how many seconds the store should hold further notifications (0: none).
-Direct = Callable[[dict[FeedKey, Batch]], float]
+class LiveSink(Protocol):
+    """Where a :class:`LiveFeed` pushes what it learns of the feeds a node follows (the
+    hub).  Called synchronously, from the store's reader task or from its own I/O
+    callback; must not raise and must not block."""
+
+    def on_items(self, feed: FeedKey, batch: Batch) -> int:
+        """Items (and transient messages) of ``feed`` that continue the position the
+        store judged them against.  Moves that position on before it returns.  Returns
+        how many subscriptions the batch was offered to on this node (0: none, or the
+        feed is not followed any more): the store's hold policy weighs it."""
+        ...
+
+    def on_gap(self, feed: FeedKey, reset: FeedState | None) -> None:
+        """What this node delivered of ``feed`` no longer continues: the feed moved to
+        ``reset`` (a new epoch, or its history rolled back), or is gone (None: deleted
+        on purpose).  Its followers are told."""
+        ...
+
+
+def push(sink: LiveSink, batches: Mapping[FeedKey, Batch]) -> tuple[int, int]:
+    """Hand each feed's batch to ``sink``, in order: a reset or a loss to
+    :meth:`LiveSink.on_gap` (first), items and transient messages to
+    :meth:`LiveSink.on_items`.  The one way a store hands what it read to the hub.
+
+    Returns the items pushed to followed feeds and the offers they made (items times
+    subscriptions reached), for the store's hold policy."""
+    items = offers = 0
+    for feed, batch in batches.items():
+        if batch.gone or batch.reset is not None:
+            sink.on_gap(feed, None if batch.gone else batch.reset)
+            if not batch.items and not batch.transient:
+                continue
+            batch = Batch(batch.items, appended=batch.appended, transient=batch.transient)
+        reached = sink.on_items(feed, batch)
+        if reached:  # else the feed is not followed here any more: not counted
+            items += len(batch.items)
+            offers += reached * len(batch.items)
+    return items, offers
 
 
 class LiveFeed(abc.ABC):
-    """How a node learns of new items (and transient messages) of the feeds it follows."""
+    """How a node learns of new items (and transient messages) of the feeds it follows.
+
+    The store pushes: :meth:`read_new` hands everything it learns to a
+    :class:`LiveSink`; when notifications wake the node, the store alone decides
+    whether to let them gather (its hold policy, :mod:`gateway.store.hold`)."""
 
     @abc.abstractmethod
     async def read_new(
         self,
         positions: Mapping[FeedKey, Cursor],
+        sink: LiveSink,
         *,
         count: int,
         block_ms: int,
-        direct: Direct | None = None,
-    ) -> dict[FeedKey, Batch]:
-        """Wait up to ``block_ms`` for items beyond each position; return those that came.
+    ) -> None:
+        """Wait up to ``block_ms`` for items beyond each position and push what came
+        into ``sink`` (:func:`push`); return after pushing anything the wait could not
+        hand over, on timeout, or after :meth:`wake`.  The caller calls it again to
+        keep following.
 
         Items of a newer epoch follow the position's epoch's items in the same batch.
-        Returns an empty dict on timeout or after :meth:`wake`.  After this returns, the
-        caller must call it again with updated positions to keep following.
-
-        While it waits with nothing else to do, a store may instead hand batches of
-        items that exactly continue their feeds' positions (no reset, no transient
-        message) to ``direct``, synchronously, from its own I/O callback, and keep
-        waiting: the caller must be ready for that whenever this call is pending, as it
-        is for the batches this returns, and ``direct`` must have moved the positions
-        on before it returns (``positions`` is a live view of them, not a copy: the
-        store judges the next message against it).  Anything else (a gap, a transient
-        message, a reset) still comes back from this call, in order.
+        While it waits with nothing else to do, a store may push batches of items that
+        exactly continue their feeds' positions (no reset, no transient message) from
+        its own I/O callback, and keep waiting: ``positions`` is a live view, which
+        the sink moves on, and the store judges the next message against it.
+        Anything else (a gap, a transient message, a reset) is pushed by this call
+        itself, in order.
         """
-
-    async def linger(self, seconds: float) -> None:
-        """Let notifications gather for ``seconds`` before the next read: the caller
-        read items that went to few subscribers, and wants the next read to take
-        several.  A store whose notifications wake the node holds them meanwhile (they
-        wait in the kernel instead of waking it one by one) and may return at once;
-        the next :meth:`read_new` then waits for them."""
-        await anyio.sleep(seconds)
 
     @abc.abstractmethod
     async def broadcast(self, feed: FeedKey, data: bytes, charge: Charge | None = None) -> None:

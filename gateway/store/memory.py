@@ -12,6 +12,7 @@ from collections import OrderedDict, deque
 from collections.abc import Mapping, Sequence
 
 import anyio
+import anyio.lowlevel
 
 from gateway.cursor import Cursor
 from gateway.errors import HeadMoved, IdempotencyKeyReused
@@ -22,16 +23,18 @@ from gateway.store.base import (
     INDEX_MAX_FEEDS,
     Backend,
     Batch,
-    Direct,
     FeedIndex,
     FeedStore,
     FoldStore,
     IndexEntry,
     LatestRun,
     LiveFeed,
+    LiveSink,
     RunIndex,
     epoch_floor,
+    push,
 )
+from gateway.store.hold import HoldPolicy
 from gateway.store.known import chain_next
 
 
@@ -73,8 +76,11 @@ class MemoryStore(FeedStore, LiveFeed, FoldStore, RunIndex):
 
     durable = False
 
-    def __init__(self, *, tombstone_seconds: float = 86_400.0) -> None:
+    def __init__(self, *, tombstone_seconds: float = 86_400.0, linger: float = 0.002) -> None:
         super().__init__()
+        #: How long a read waits after items went to few subscriptions (only the
+        #: linger: no notification wakes this store's reader, so nothing is held).
+        self.policy = HoldPolicy(linger)
         self._feeds: dict[FeedKey, _Feed] = {}
         #: Feeds to delete at a monotonic time (expire).
         self._expiry: dict[FeedKey, float] = {}
@@ -262,20 +268,27 @@ class MemoryStore(FeedStore, LiveFeed, FoldStore, RunIndex):
     async def read_new(
         self,
         positions: Mapping[FeedKey, Cursor],
+        sink: LiveSink,
         *,
         count: int,
         block_ms: int,
-        direct: Direct | None = None,
-    ) -> dict[FeedKey, Batch]:
-        # Everything comes back from this call: there is no I/O callback to hand a
-        # batch to ``direct`` from.
+    ) -> None:
+        # Everything is pushed by this call: there is no I/O callback to push from.
         found = self._collect(positions, count)
-        if found:
-            return found
-        changed = self._changed
-        with anyio.move_on_after(block_ms / 1000):
-            await changed.wait()
-        return self._collect(positions, count)
+        waited = not found
+        if waited:
+            changed = self._changed
+            with anyio.move_on_after(block_ms / 1000):
+                await changed.wait()
+            found = self._collect(positions, count)
+        linger = self.policy.lingers(*push(sink, found))
+        if linger:
+            await anyio.sleep(linger)
+        elif not waited:
+            # Nothing above gave the loop a turn: let the followers act on what was
+            # pushed before the next read (a deleted feed is found again on every read
+            # until its followers have left, which they cannot do while this spins).
+            await anyio.lowlevel.checkpoint()
 
     def _collect(self, positions: Mapping[FeedKey, Cursor], count: int) -> dict[FeedKey, Batch]:
         out: dict[FeedKey, Batch] = {}

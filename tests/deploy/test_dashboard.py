@@ -63,7 +63,7 @@ GRAFANA_DURATIONS = {
 VARIABLE = re.compile(r"\$\{(\w+)(?::[\w]+)?\}|\$(\w+)|\[\[(\w+)(?::[\w]+)?\]\]")
 LABEL_VALUES = re.compile(r"^\s*label_values\((?:(.*),)?\s*(\w+)\s*\)\s*$", re.S)
 
-#: What the dashboard must show (issue 7): losing a panel fails test_dashboard_covers_...
+#: What the dashboard must show: losing a panel fails test_dashboard_covers_...
 REQUIRED_METRICS = frozenset(
     {
         "gateway_connections",

@@ -63,7 +63,7 @@ CHART_MANAGED = frozenset(
     }
 )
 
-#: Metric names the alert rules may use, with their labels (issue 7; gateway/metrics.py).
+#: Metric names the alert rules may use, with their labels (gateway/metrics.py).
 METRICS: dict[str, frozenset[str]] = {
     "gateway_connections": frozenset({"transport"}),
     "gateway_subscriptions": frozenset({"transport", "kind"}),

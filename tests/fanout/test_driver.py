@@ -103,9 +103,9 @@ class StuckSink(Sink):
 
 class Node:
     def __init__(self) -> None:
-        self.store = MemoryStore()
+        self.store = MemoryStore(linger=0)
         self.metrics = Metrics()
-        self.hub = Hub(self.store, self.store, self.metrics, history_page=4, linger_ms=0)
+        self.hub = Hub(self.store, self.store, self.metrics, history_page=4)
         self.folds = FoldCache(self.store, self.store)
 
     def driver(self, overflows: Overflows | None = None, write_timeout: float = 5.0) -> Driver:

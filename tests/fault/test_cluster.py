@@ -1,4 +1,4 @@
-"""Redis Cluster under the gateway (issue 13): feeds on every shard, a master replaced by
+"""Redis Cluster under the gateway: feeds on every shard, a master replaced by
 its replica, a slot migrated while publishing.  Decisions D1, D2, D9.
 
 A cluster of 3 masters with one replica each, made with ``redis-cli --cluster create``

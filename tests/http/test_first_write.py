@@ -1,4 +1,4 @@
-"""The first bytes of a subscription (issue 17: one write fewer per reconnect).
+"""The first bytes of a subscription (one write fewer per reconnect).
 
 The SSE response head and WebSocket's ``subscribed`` frame are handed to the driver,
 which writes them with its first bytes (the prelude, the join's history page) or, when

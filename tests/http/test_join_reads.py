@@ -1,5 +1,5 @@
-"""A join reads its state and first history page in one Redis call (issue 17: each
-reconnect paid a state check and a history read, two round trips through redis-py).
+"""A join reads its state and first history page in one Redis call (a reconnect
+pays one round trip, not a state check and a history read).
 
 The history a client gets is unchanged: every item after its cursor, once, in order,
 including past the first page, which later pages continue.

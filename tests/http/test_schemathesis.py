@@ -1,4 +1,4 @@
-"""Schemathesis against the gateway's own OpenAPI document (issue 6).
+"""Schemathesis against the gateway's own OpenAPI document.
 
 The operations that answer once (publishing to team feeds, run feeds and run streams,
 listing feeds, ``/healthz``, ``/readyz``, ``/metrics``, ``/openapi.json``) are generated from

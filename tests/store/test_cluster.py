@@ -1,4 +1,4 @@
-"""The gateway on a Redis Cluster (issue 13, GATEWAY_REDIS_CLUSTER): integration tests.
+"""The gateway on a Redis Cluster (GATEWAY_REDIS_CLUSTER): integration tests.
 
 One cluster of the module's own (3 masters, no replicas, ``redis-cli --cluster
 create``; :mod:`tests.support.redis_cluster`), each test with its own key prefix.
@@ -27,7 +27,7 @@ from gateway.errors import IdempotencyKeyReused, Unavailable
 from gateway.feed import Cursor, NewItem, run_feed, team_feed
 from gateway.producer import Producer
 from gateway.store.redis import redis_backend
-from gateway.store.redis.connection import translate
+from gateway.store.redis.client.errors import map_exceptions
 from gateway.store.redis.inbox import inbox_key
 from gateway.store.redis.settings import parse
 from tests.support import events as ev
@@ -332,7 +332,7 @@ async def test_a_connection_closed_under_redis_py_is_unavailable_not_a_crash() -
     race behind an AttributeError deep in redis-py): the boundary makes it Unavailable,
     which every loop survives.  Our own AttributeErrors still propagate."""
     closed = Connection(host="127.0.0.1", port=1)  # never connected: no writer
-    with pytest.raises(Unavailable, match="connection lost"), translate("a read"):
+    with pytest.raises(Unavailable, match="connection lost"), map_exceptions("a read"):
         await closed._send_packed_command([b"PING\r\n"])
-    with pytest.raises(AttributeError), translate("a read"):
+    with pytest.raises(AttributeError), map_exceptions("a read"):
         None.missing  # type: ignore[attr-defined]  # noqa: B018

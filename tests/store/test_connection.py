@@ -81,7 +81,7 @@ async def test_a_blocking_read_is_cancelled_at_once(server: RedisServer) -> None
 
 async def test_feed_keys_are_remembered_and_bounded(server: RedisServer) -> None:
     conn = RedisConnection(server.url, prefix="gw")
-    conn.FEED_KEYS_KEPT = 3
+    conn.keys.FEED_KEYS_KEPT = 3
     try:
         feeds = [team_feed("a:b{c}", f"0190f5a2-0000-7000-8000-00000000000{i}") for i in range(5)]
         first = conn.feed_keys(feeds[0])
@@ -90,7 +90,7 @@ async def test_feed_keys_are_remembered_and_bounded(server: RedisServer) -> None
         assert conn.feed_keys(feeds[0]) is first  # built once
         for feed in feeds[1:]:
             conn.feed_keys(feed)
-        assert len(conn._feed_keys) <= 3  # forgotten past the bound
+        assert len(conn.keys._feed_keys) <= 3  # forgotten past the bound
         assert conn.feed_keys(feeds[0]) == first  # and built again alike
     finally:
         await conn.aclose()

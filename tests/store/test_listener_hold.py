@@ -20,7 +20,7 @@ import anyio
 import pytest
 import redis.asyncio as aioredis
 
-from gateway.store.redis.connection import ListenerAddress
+from gateway.store.redis.client.topology import ListenerAddress
 from gateway.store.redis.listener import HOLD_LOWAT, LOWAT_HOLDS, Listener, connect
 from tests.support.wait import until
 

@@ -1,11 +1,12 @@
-"""The live path's hand-over on Redis (``read_new(direct=...)``) and its hold.
+"""The live path's hand-over on Redis and its hold.
 
-While the node's reader waits with nothing else to do, a listener hands the items that
-continue their feed's position straight to ``direct`` from its own callback; everything
-else (a gap, a transient message, a reset pending for the feed, anything while a server
-change or a wake-up is pending) still comes back from ``read_new``, in order.  A hold
-stops the listeners reading: messages wait in the kernel until it ends.  All against a
-real ``redis-server``, and once through a whole node.
+While the node's reader waits in ``read_new`` with nothing else to do, a listener pushes
+the items that continue their feed's position into the sink from its own callback;
+everything else (a gap, a transient message, a reset pending for the feed, anything
+while a server change or a wake-up is pending) is pushed by ``read_new`` itself, in
+order.  A hold stops the listeners reading: messages wait in the kernel until it ends.
+All against a real ``redis-server``, and once through a whole node.  The hold policy's
+own rules: tests/store/test_hold.py.
 """
 
 from __future__ import annotations
@@ -25,11 +26,12 @@ from gateway.errors import Unavailable
 from gateway.feed import FeedKey, NewItem, team_feed
 from gateway.store.base import Backend, Batch
 from gateway.store.known import chain_next
-from gateway.store.redis.connection import ListenerAddress
+from gateway.store.redis.client.topology import ListenerAddress
 from gateway.store.redis.listener import Waker, connect
 from gateway.store.redis.live import RedisLive
 from tests.support import events as ev
 from tests.support.backends import open_backend, redis_feeds
+from tests.support.live import Collected, read_new
 from tests.support.node import auth, start_node
 from tests.support.wait import until
 
@@ -59,51 +61,27 @@ def items(n: int) -> list[NewItem]:
     return [NewItem(f"k-{ev.new_id()}", f'"{i}"'.encode()) for i in range(n)]
 
 
-class Direct:
-    """A ``direct`` that moves the positions on as the hub's dispatch does, and logs
-    the offsets of each call, feed by feed."""
-
-    def __init__(self, positions: dict[FeedKey, Cursor], hold: float = 0.0) -> None:
-        self.positions = positions
-        self.hold = hold
-        self.calls: list[dict[FeedKey, list[int]]] = []
-        self._arrived = anyio.Event()
-
-    def __call__(self, batches: dict[FeedKey, Batch]) -> float:
-        for f, batch in batches.items():
-            self.positions[f] = batch.items[-1].cursor
-        self.calls.append({f: [i.offset for i in b.items] for f, b in batches.items()})
-        self._arrived.set()
-        return self.hold
-
-    def offsets(self, f: FeedKey) -> list[int]:
-        return [o for call in self.calls for o in call.get(f, [])]
-
-    async def until(self, f: FeedKey, count: int) -> None:
-        """Until ``count`` items of ``f`` were handed over (bounded)."""
-        with anyio.fail_after(10):
-            while len(self.offsets(f)) < count:
-                self._arrived = anyio.Event()
-                await self._arrived.wait()
-
-
 async def follow(
     backend: Backend, n: int = 1, hold: float = 0.0
-) -> tuple[FeedKey, dict[FeedKey, Cursor], Direct]:
+) -> tuple[FeedKey, dict[FeedKey, Cursor], Collected]:
     """A feed with ``n`` items, followed by the live reader (subscribed and swept),
-    its positions, and a ``direct`` that asks for ``hold``."""
+    its positions, and a sink whose pushes reach few subscriptions, so that the store
+    holds for ``hold`` (its linger)."""
     f = feed()
     r = await backend.feeds.append(f, items(n), retention=100)
     positions = {f: r.state.head_cursor}
-    assert await backend.live.read_new(positions, count=100, block_ms=100) == {}
-    return f, positions, Direct(positions, hold)
+    assert await read_new(backend.live, positions, count=100, block_ms=100) == {}
+    live_of(backend).policy.linger = hold
+    return f, positions, Collected(positions)
 
 
 class WaitingRead:
-    """One ``read_new`` with ``direct``, started in a task group; :meth:`result`
-    waits (bounded) for what it returned."""
+    """One ``read_new`` into ``direct``, started in a task group; :meth:`result`
+    waits (bounded) for what the reading task pushed (not the I/O callback)."""
 
-    def __init__(self, backend: Backend, positions: dict[FeedKey, Cursor], direct: Direct):
+    def __init__(
+        self, backend: Backend, positions: dict[FeedKey, Cursor], direct: Collected
+    ) -> None:
         self.backend, self.positions, self.direct = backend, positions, direct
         self.returned: list[dict[FeedKey, Batch]] = []
         self.error: Exception | None = None
@@ -119,13 +97,13 @@ class WaitingRead:
 
     async def _read(self) -> None:
         try:
-            got = await self.backend.live.read_new(
-                self.positions, count=100, block_ms=30_000, direct=self.direct
+            await self.backend.live.read_new(
+                self.positions, self.direct, count=100, block_ms=30_000
             )
         except Exception as exc:
             self.error = exc
         else:
-            self.returned.append(got)
+            self.returned.append(self.direct.batches())
         self._done.set()
 
     async def result(self) -> dict[FeedKey, Batch]:
@@ -181,7 +159,7 @@ async def test_a_transient_message_and_the_items_after_it_keep_their_order(
     offsets = [i.offset for i in got.items]
     if not offsets:  # its message came after the read returned: the next read has it
         with anyio.fail_after(10):
-            later = await backend.live.read_new(positions, count=100, block_ms=5_000)
+            later = await read_new(backend.live, positions, count=100, block_ms=5_000)
         offsets = [i.offset for i in later[f].items]
     assert offsets == [2]
 
@@ -263,8 +241,8 @@ async def test_a_hold_keeps_the_listeners_from_reading_until_it_ends(backend: Ba
     f, positions, direct = await follow(backend, hold=0.3)
     live = live_of(backend)
     # Hold for the whole linger whatever the rate (the rate rule is tested below).
-    live.HOLD_RATE = 0
-    live.HOLD_TARGET = math.inf
+    live.policy.HOLD_RATE = 0
+    live.policy.HOLD_TARGET = math.inf
     async with WaitingRead(backend, positions, direct).started():
         await backend.feeds.append(f, items(1), retention=100)
         await direct.until(f, 1)
@@ -276,9 +254,9 @@ async def test_a_hold_keeps_the_listeners_from_reading_until_it_ends(backend: Ba
         # ... then what waited in the kernel is read in one go: one hand-over.
         assert direct.calls[1:] == [{f: [3, 4, 5]}]
         await backend.live.wake()
-    # The linger the hub asks after a read holds the same way.
+    # The hold after a read's own push holds the same way.
     await until(lambda: live.reading, 10, "the hold's end")
-    await live.linger(0.2)
+    live.hold(0.2)
     assert not live.reading
     await until(lambda: live.reading, 10, "the linger's end")
 
@@ -286,9 +264,9 @@ async def test_a_hold_keeps_the_listeners_from_reading_until_it_ends(backend: Ba
 async def test_no_hold_after_a_large_read(backend: Backend) -> None:
     f, positions, direct = await follow(backend, hold=30)
     live = live_of(backend)
-    live.HOLD_RATE = 0
-    live.HOLD_TARGET = math.inf
-    live.LARGE_READ = 1  # every read is large here: more is likely waiting
+    live.policy.HOLD_RATE = 0
+    live.policy.HOLD_TARGET = math.inf
+    live.policy.LARGE_READ = 1  # every read is large here: more is likely waiting
     async with WaitingRead(backend, positions, direct).started():
         await backend.feeds.append(f, items(1), retention=100)
         await direct.until(f, 1)
@@ -310,8 +288,8 @@ async def test_sparse_messages_are_not_held_after_a_hand_over_or_a_read(
         await backend.feeds.append(f, items(1), retention=100)
         await direct.until(f, 2)
         await backend.live.wake()
-    # The linger the hub asks after a read follows the same rule.
-    await live.linger(30)
+    # The hold after a read's own push follows the same rule.
+    live.hold(30)
     assert live.reading
 
 
@@ -320,8 +298,8 @@ async def test_a_listener_lost_during_a_hold_is_replaced_and_nothing_is_missed(
 ) -> None:
     f, positions, direct = await follow(backend, hold=0.2)
     live = live_of(backend)
-    live.HOLD_RATE = 0
-    live.HOLD_TARGET = math.inf
+    live.policy.HOLD_RATE = 0
+    live.policy.HOLD_TARGET = math.inf
     admin = aioredis.Redis.from_url(redis_url)
     try:
         async with WaitingRead(backend, positions, direct).started() as read:
@@ -339,7 +317,7 @@ async def test_a_listener_lost_during_a_hold_is_replaced_and_nothing_is_missed(
         seen = direct.offsets(f)
         with anyio.fail_after(10):
             while 3 not in seen:
-                got = await backend.live.read_new(positions, count=100, block_ms=1_000)
+                got = await read_new(backend.live, positions, count=100, block_ms=1_000)
                 for batch in got.values():
                     if batch.items:
                         positions[f] = batch.items[-1].cursor
@@ -347,60 +325,6 @@ async def test_a_listener_lost_during_a_hold_is_replaced_and_nothing_is_missed(
         assert seen == [2, 3]
     finally:
         await admin.aclose()
-
-
-async def test_a_hold_is_taken_only_when_messages_come_often_enough(
-    backend: Backend,
-) -> None:
-    live = live_of(backend)
-    hold = 0.005
-
-    def worth(received: int, now: float) -> bool:
-        live._arrived(received, now)
-        return live._hold_length(hold) > 0
-
-    # Sparse: one message every 20 ms; a 5 ms hold would gather nothing.
-    assert not any(worth(1, 100 + 0.020 * k) for k in range(20))
-    # One every 0.4 ms: a hold gathers about twelve; held once they have come for a
-    # few ms (the first few could be a pair that happened to come together).
-    dense = [worth(1, 200 + 0.0004 * k) for k in range(30)]
-    assert not any(dense[:5]) and all(dense[15:])
-    # Held steadily: three messages every 2.1 ms (about 1,400 a second).
-    assert all(worth(3, 200.02 + 0.0021 * k) for k in range(20))
-    # Then the rate falls to one every 10 ms: holding stops within a few.
-    falling = [worth(1, 200.07 + 0.010 * k) for k in range(20)]
-    assert falling[0] and not any(falling[3:])
-    # Pairs of messages 0.1 ms apart, a pair every 10 ms (200 a second): never held.
-    assert not any(worth(1, 300 + 0.010 * k + 0.0001 * j) for k in range(20) for j in (0, 1))
-
-
-async def test_a_hold_lasts_as_long_as_its_target_takes_to_come_at_most_the_linger(
-    backend: Backend,
-) -> None:
-    live = live_of(backend)
-    linger = 0.005
-    clock = [300.0]
-
-    def length(per_second: float) -> float:
-        # A steady rate: every hand-over brings one message, 1/per_second after the
-        # last, long enough for the estimate to settle (ten windows).
-        clock[0] += 10.0  # the last rate is forgotten
-        for _ in range(int(10 * per_second * live.RATE_WINDOW) + 10):
-            clock[0] += 1 / per_second
-            live._arrived(1, clock[0])
-        # Read just after a message, the estimate counts it whole: a little high
-        # when messages are few per window (226 for 200 a second).
-        assert live._rate == pytest.approx(per_second, rel=0.15)
-        return live._hold_length(linger)
-
-    # 1,000 a second: the whole linger gathers 5 (under the target of 10): all of it.
-    assert length(1_000) == pytest.approx(linger)
-    # 4,000 and 50,000 a second: held only while the target comes (2.5 ms, 0.2 ms).
-    assert length(4_000) == pytest.approx(0.0025, rel=0.06)
-    assert length(50_000) == pytest.approx(0.0002, rel=0.06)
-    # 500 and 200 a second: under HOLD_RATE (600), no hold.
-    assert length(500) == 0.0
-    assert length(200) == 0.0
 
 
 async def test_a_hand_over_that_fails_leaves_the_messages_to_the_reader(

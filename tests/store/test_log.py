@@ -17,6 +17,7 @@ from gateway.store.redis import redis_backend
 from gateway.store.redis.live import _after, _announced
 from tests.support import events as ev
 from tests.support.backends import lose, open_backend, redis_feeds
+from tests.support.live import read_new
 
 pytestmark = pytest.mark.anyio
 
@@ -210,7 +211,7 @@ async def test_read_new_follows_many_feeds_and_epoch_changes(store: Backend) -> 
     r1 = await store.feeds.append(f1, items(2), retention=100)
     r2 = await store.feeds.append(f2, items(1), retention=100)
     positions = {f1: Cursor(r1.state.epoch, 1), f2: r2.state.head_cursor}
-    got = await store.live.read_new(positions, count=100, block_ms=100)
+    got = await read_new(store.live, positions, count=100, block_ms=100)
     assert list(got) == [f1]
     assert [i.offset for i in got[f1].items] == [2]
     # Blocks until something arrives on any followed feed.
@@ -218,7 +219,7 @@ async def test_read_new_follows_many_feeds_and_epoch_changes(store: Backend) -> 
     result: dict[FeedKey, list[int]] = {}
 
     async def reader() -> None:
-        batches = await store.live.read_new(positions, count=100, block_ms=5_000)
+        batches = await read_new(store.live, positions, count=100, block_ms=5_000)
         result.update({k: [i.offset for i in b.items] for k, b in batches.items()})
 
     with anyio.fail_after(5):
@@ -230,7 +231,7 @@ async def test_read_new_follows_many_feeds_and_epoch_changes(store: Backend) -> 
     # A newer epoch's items come after the old position.
     await lose(store, f1)
     r3 = await store.feeds.append(f1, items(2), retention=100)
-    got = await store.live.read_new({f1: Cursor(r1.state.epoch, 2)}, count=100, block_ms=100)
+    got = await read_new(store.live, {f1: Cursor(r1.state.epoch, 2)}, count=100, block_ms=100)
     assert [(i.epoch, i.offset) for i in got[f1].items] == [
         (r3.state.epoch, 1),
         (r3.state.epoch, 2),
@@ -265,10 +266,10 @@ async def test_read_new_follows_the_feeds_a_new_generation_adds_and_removes(
     f1, f2, f3 = feed(), feed(), feed()
     heads = {f: (await store.feeds.append(f, items(1), retention=100)).state for f in (f1, f2, f3)}
     positions = CountedPositions({f1: heads[f1].head_cursor, f2: heads[f2].head_cursor})
-    assert await store.live.read_new(positions, count=100, block_ms=100) == {}
+    assert await read_new(store.live, positions, count=100, block_ms=100) == {}
 
     async def read() -> dict[FeedKey, list[int]]:
-        got = await store.live.read_new(positions, count=100, block_ms=2_000)
+        got = await read_new(store.live, positions, count=100, block_ms=2_000)
         for f, batch in got.items():
             if batch.items:
                 positions.positions[f] = batch.items[-1].cursor
@@ -306,12 +307,12 @@ async def test_reads_carry_the_append_time(store: Backend) -> None:
     f = feed()
     r = await store.feeds.append(f, items(2), retention=100)
     # Redis: the first read of a feed is an XREAD (the stream entries' t field) ...
-    got = await store.live.read_new({f: Cursor(r.state.epoch, 0)}, count=100, block_ms=100)
+    got = await read_new(store.live, {f: Cursor(r.state.epoch, 0)}, count=100, block_ms=100)
     first = got[f].appended
     assert abs(first - time.time()) < 60  # wall-clock seconds (Redis TIME or ours)
     # ... the next ones take the published message (its header's append time).
     await store.feeds.append(f, items(1), retention=100)
-    got = await store.live.read_new({f: r.state.head_cursor}, count=100, block_ms=2_000)
+    got = await read_new(store.live, {f: r.state.head_cursor}, count=100, block_ms=2_000)
     assert [i.offset for i in got[f].items] == [3]
     assert got[f].appended >= first
 
@@ -370,7 +371,7 @@ async def test_wake_returns_a_blocked_read(store: Backend) -> None:
             done = anyio.Event()
 
             async def reader() -> None:
-                await store.live.read_new({f: r.state.head_cursor}, count=10, block_ms=30_000)
+                await read_new(store.live, {f: r.state.head_cursor}, count=10, block_ms=30_000)
                 done.set()
 
             tg.start_soon(reader)

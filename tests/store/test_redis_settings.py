@@ -24,7 +24,7 @@ from redis.exceptions import AuthenticationError, NoPermissionError
 
 from gateway.config import Settings
 from gateway.errors import Unavailable
-from gateway.store.redis.connection import translate
+from gateway.store.redis.client.errors import map_exceptions
 from gateway.store.redis.resp import describe
 from gateway.store.redis.settings import (
     CLUSTER,
@@ -408,7 +408,7 @@ def test_a_redis_error_keeps_its_cause_through_the_boundary() -> None:
     wrong = AuthenticationError(
         "invalid username-password pair or user is disabled.", status_code="WRONGPASS"
     )
-    with pytest.raises(Unavailable) as info, translate("inbox group"):
+    with pytest.raises(Unavailable) as info, map_exceptions("inbox group"):
         raise wrong
     assert info.value.message == (
         "redis unavailable during inbox group: AuthenticationError: WRONGPASS invalid "
@@ -416,12 +416,12 @@ def test_a_redis_error_keeps_its_cause_through_the_boundary() -> None:
     )
     with (
         pytest.raises(Unavailable, match=r"during ping: gaierror: \[Errno -2\]"),
-        translate("ping"),
+        map_exceptions("ping"),
     ):
         raise socket.gaierror(-2, "Name or service not known")
     with (
         pytest.raises(Unavailable, match="rejected append: NoPermissionError: NOPERM no"),
-        translate("append"),
+        map_exceptions("append"),
     ):
         raise NoPermissionError("no", status_code="NOPERM")
     assert describe(TimeoutError()) == "TimeoutError"

@@ -448,7 +448,7 @@ async def test_concurrent_requests_right_after_a_redis_restart_succeed(
     # must succeed: nothing is wrong any more that a client should have to retry.  The
     # node's pool still holds connections the old server closed, and with redis-py
     # 8.1's default maintenance-notifications setting the pool does not check them
-    # (redis/redis-py PR #4260); concurrent requests are what reach them.
+    # (https://github.com/redis/redis-py/pull/4260); concurrent requests are what reach them.
     statuses: list[int] = []
     with RedisServer(persistence=True) as server:
         async with start_node(server.url, PREFIX, **node_settings()) as node:

@@ -1,10 +1,13 @@
 """A replicated Redis (a master and replicas) watched by Sentinels, for fault tests.
 
 :class:`ReplicatedSet` starts a master and replicas (``--replicaof``), each a
-:class:`tests.support.redis_server.RedisServer` of its own.  Every replica replicates
-through a :class:`tests.support.tcp_proxy.TcpProxy` of its own, so that a test can cut
-one replica off its master (:meth:`ReplicatedSet.partition`) while the replica stays
-reachable, and answering, for clients and Sentinels.
+:class:`tests.support.redis_server.RedisServer` of its own.  Every replica replicates as
+an ACL user of its own (``masteruser``), which every server of the set knows, so that a
+test can cut one replica off its master (:meth:`ReplicatedSet.partition`: the master
+turns that user off and closes its connection) while the replica stays reachable, and
+answering, for clients and Sentinels.  Not through a proxy: a Sentinel re-points a
+replica that replicates from an address other than the master's (``+fix-slave-config``,
+a few seconds after it first sees it), and the replica would then bypass the proxy.
 
 :class:`SentinelGroup` starts ``redis-server <config> --sentinel`` processes (a written
 configuration each: the master, a quorum, a short ``down-after-milliseconds``) and
@@ -15,8 +18,8 @@ recipe :func:`promote_lagging_replica` follows, with why each step is needed:
 
 1. wait until the replica has everything (``wait_synced``), so what it misses later is
    exactly what step 3 writes;
-2. partition it from the master (its proxy closes the replication link and refuses
-   new ones).  SIGSTOP would not do: the Sentinels would see the replica down and never
+2. partition it from the master (the master closes the replication link and refuses
+   the replica's user).  SIGSTOP would not do: the Sentinels would see the replica down and never
    promote it, and the kernel would still buffer the stream for it;
 3. write more on the master (the caller's ``write_more``): acknowledged, never replicated;
 4. SIGKILL the master; the Sentinels agree it is down after ``down-after-milliseconds``
@@ -36,6 +39,7 @@ Every wait is bounded; leaving the ``async with`` stops every process it started
 from __future__ import annotations
 
 import contextlib
+import secrets
 import shutil
 import subprocess
 import tempfile
@@ -51,7 +55,6 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from tests.support.redis_server import REDIS_SERVER_BINARY, RedisServer, free_port
-from tests.support.tcp_proxy import TcpProxy
 
 MASTER_NAME = "gwmaster"
 DOWN_AFTER_MS = 1000
@@ -113,7 +116,7 @@ async def _poll(what: str, check: Callable[[], bool], within: float) -> None:
 
 
 class ReplicatedSet:
-    """A master and ``replicas`` replicas, each replicating through its own proxy."""
+    """A master and ``replicas`` replicas, each replicating as an ACL user of its own."""
 
     def __init__(
         self,
@@ -124,30 +127,43 @@ class ReplicatedSet:
     ) -> None:
         #: The password of every server of the set (None: none).
         self.password = password
-        self.master = RedisServer(password=password)
         self.priorities = list(priorities) if priorities is not None else [100] * replicas
         if len(self.priorities) != replicas:
             raise ValueError("one priority per replica")
-        self.proxies: list[TcpProxy] = []
+        #: Each replica's ACL user, known to every server of the set (whichever becomes
+        #: the master): ``(name, password)``.
+        self.replication_users = [
+            (f"replica{index}", secrets.token_hex(8)) for index in range(replicas)
+        ]
+        self.master = RedisServer(password=password, extra_args=self._user_args())
         self.replicas: list[RedisServer] = []
+
+    def _user_args(self) -> list[str]:
+        """``redis-server`` arguments that define every replica's ACL user."""
+        args: list[str] = []
+        for name, secret in self.replication_users:
+            args += ["--user", name, "on", f">{secret}", "+@all", "~*", "&*"]
+        return args
 
     async def __aenter__(self) -> Self:
         try:
             await anyio.to_thread.run_sync(self.master.start)
-            for priority in self.priorities:
-                proxy = TcpProxy(self.master.port)
-                await proxy.__aenter__()
-                self.proxies.append(proxy)
-                auth = [] if self.password is None else ["--masterauth", self.password]
+            for priority, (user, secret) in zip(
+                self.priorities, self.replication_users, strict=True
+            ):
                 replica = RedisServer(
                     password=self.password,
                     extra_args=[
+                        *self._user_args(),
                         "--replicaof",
                         "127.0.0.1",
-                        str(proxy.port),
+                        str(self.master.port),
                         "--replica-priority",
                         str(priority),
-                        *auth,
+                        "--masteruser",
+                        user,
+                        "--masterauth",
+                        secret,
                     ],
                 )
                 self.replicas.append(replica)
@@ -169,8 +185,6 @@ class ReplicatedSet:
     async def aclose(self) -> None:
         for server in [self.master, *self.replicas]:
             await anyio.to_thread.run_sync(server.close)
-        for proxy in self.proxies:
-            await proxy.aclose()
 
     @property
     def servers(self) -> list[RedisServer]:
@@ -202,8 +216,18 @@ class ReplicatedSet:
         await _poll("replicas in sync", synced, within)
 
     async def partition(self, replica: RedisServer) -> None:
-        """Cut ``replica`` off its master (it stays reachable); see the module docstring."""
-        await self.proxies[self.replicas.index(replica)].partition()
+        """Cut ``replica`` off its master (it stays reachable); see the module docstring.
+
+        The master turns the replica's user off and closes its connections: the replica
+        keeps trying and is refused (its link stays down) until :meth:`heal`."""
+        user = self.replication_users[self.replicas.index(replica)][0]
+
+        def cut() -> None:
+            with client(self.master.port, password=self.password) as c:
+                c.execute_command("ACL", "SETUSER", user, "off")
+                c.execute_command("CLIENT", "KILL", "USER", user)
+
+        await anyio.to_thread.run_sync(cut)
 
         def link_down() -> bool:
             info = replication(replica.port, self.password)
@@ -212,7 +236,10 @@ class ReplicatedSet:
         await _poll("replication link down", link_down, SETTLE_TIMEOUT)
 
     def heal(self, replica: RedisServer) -> None:
-        self.proxies[self.replicas.index(replica)].heal()
+        """End :meth:`partition`: the master accepts the replica's user again."""
+        user = self.replication_users[self.replicas.index(replica)][0]
+        with client(self.master.port, password=self.password) as c:
+            c.execute_command("ACL", "SETUSER", user, "on")
 
 
 class Sentinel:

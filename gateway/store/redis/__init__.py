@@ -31,12 +31,14 @@ def redis_backend(
     tombstone_seconds: float = 86_400.0,
     cluster: bool = False,
     inbox_shards: int = 1,
+    linger: float = 0.002,
 ) -> Backend:
     """A backend on the Redis at ``url`` (``redis://``, ``rediss://``, ``unix://``,
     ``redis+sentinel://``; with ``cluster`` a seed node of a Redis Cluster), or the one
     its settings name (:func:`from_settings`; see :mod:`gateway.store.redis.settings`).
     ``inbox_shards`` > 1 spreads each inbox over that many streams
-    (``<prefix>:inbox:{<name>:<n>}``), each on its own slot."""
+    (``<prefix>:inbox:{<name>:<n>}``), each on its own slot.  ``linger`` is the longest
+    hold of live notifications, in seconds (:class:`~gateway.store.hold.HoldPolicy`)."""
     conn = RedisConnection(
         url,
         prefix=prefix,
@@ -52,7 +54,7 @@ def redis_backend(
         min_replicas=min_replicas,
         replica_timeout_ms=replica_timeout_ms,
     )
-    live = RedisLive(conn, feeds)
+    live = RedisLive(conn, feeds, linger=linger)
 
     def inbox(name: str) -> list[InboxQueue]:
         if inbox_shards <= 1:

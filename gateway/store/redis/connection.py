@@ -1,19 +1,19 @@
-"""One node's connection to Redis: the client pool, the key names, the error boundary,
-and what every part of the Redis adapter must know about the server it talks to.
+"""One node's connection to Redis: redis-py's pool (or cluster client) and the lane,
+the error boundary every command goes through, and the node-wide facts the Redis parts
+share.  Each concern of its own lives beside it: the URL and settings
+(:mod:`..settings`, parsed once), where the servers are (:mod:`.client.topology`), which
+server process was reached (:mod:`.client.identity`), the key names (:mod:`..keys`)
+and the one error map (:mod:`.client.errors`).
 
 Every ``redis.exceptions`` error (and socket error) raised inside :meth:`RedisConnection.io`
-becomes :class:`~gateway.errors.Unavailable`, and every call there is bounded by
-``timeout`` seconds in all (pool wait, retries and reply): nothing above
-``gateway.store.redis`` sees redis-py, and nothing waits out a Redis that hangs.
+becomes :class:`~gateway.errors.Unavailable` (:func:`~.client.errors.map_exceptions`),
+and every call there is bounded by ``timeout`` seconds in all (pool wait, retries and
+reply): nothing above ``gateway.store.redis`` sees redis-py, and nothing waits out a
+Redis that hangs.
 
 Every connection is made of the one :class:`~.settings.RedisSettings` (parsed from the
 URL once, see :mod:`.settings`): redis-py's pool or cluster client, the lane, the pub/sub
-listeners and the Sentinels alike.  ``redis://``, ``rediss://`` and ``unix://`` name one
-server (with ``cluster``, seed nodes of a Redis Cluster: the client finds every shard and
-follows ``MOVED``/``ASK`` redirects, resharding and failovers by itself);
-``redis+sentinel://`` (``rediss+sentinel://`` for TLS to the master) names the Sentinels
-that know the master: every new connection asks them where the master is now, so after a
-failover the node follows the new master by itself.  Key layout: docs/storage.md.
+listeners and the Sentinels alike.  Key layout: docs/storage.md.
 """
 
 from __future__ import annotations
@@ -23,17 +23,14 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import anyio
 import redis.asyncio as aioredis
-import redis.asyncio.cluster as _redis_cluster
 import redis.exceptions
-from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.connection import Connection, SSLConnection, UnixDomainSocketConnection
 from redis.asyncio.retry import Retry
-from redis.asyncio.sentinel import Sentinel
 from redis.backoff import ExponentialBackoff
 from redis.maint_notifications import MaintNotificationsConfig
 
@@ -41,8 +38,17 @@ from gateway.errors import Unavailable
 from gateway.feed import FeedKey, FeedState
 from gateway.loopmetrics import Bins
 from gateway.metrics import Metrics
+from gateway.store.redis.client.errors import map_exceptions
+from gateway.store.redis.client.identity import ServerIdentity
+from gateway.store.redis.client.topology import (
+    ClusterSeed,
+    SentinelResolved,
+    SentinelResolvedTLS,
+    Topology,
+)
+from gateway.store.redis.keys import KeyLayout
 from gateway.store.redis.lane import Lane
-from gateway.store.redis.resp import Dial, describe, pack
+from gateway.store.redis.resp import Dial, pack
 from gateway.store.redis.settings import (
     CLUSTER,
     SENTINEL,
@@ -56,104 +62,15 @@ from gateway.store.redis.settings import (
 CLUSTER_IDENTITY = "@cluster"
 
 
-class _LastReleasedFirst(ClusterNode):
-    """A cluster node that hands out its most recently released connection first.
-
-    redis-py (8.1) follows an ASK redirect by sending ``ASKING`` as a pooled command of
-    its own and then the redirected command on whatever connection the node hands out
-    next.  Its free list is first-in first-out, so with two or more idle connections the
-    command goes out on another connection than ``ASKING``: the importing shard answers
-    MOVED, the owner ASK again, until "TTL exhausted", and a feed whose slot is half
-    migrated takes no write.  Last-released-first puts both on one connection (nothing
-    runs between the two: no await separates ASKING's release from the next acquire).
-    """
-
-    def acquire_connection(self) -> Any:
-        try:
-            return self._free.pop()
-        except IndexError:
-            return super().acquire_connection()
-
-
-# The nodes the cluster client makes for itself (from the slot map, on redirects) are
-# made by name in redis-py's module: this is the one place that name is replaced.
-_redis_cluster.ClusterNode = _LastReleasedFirst  # type: ignore[misc]
-
-
-@contextlib.contextmanager
-def translate(what: str) -> Iterator[None]:
-    """Map redis-py and socket failures to Unavailable (the boundary of the adapter),
-    whose message keeps the cause (:func:`describe`): a wrong password, a certificate
-    that does not verify, a name that does not resolve each say so."""
-    try:
-        yield
-    except redis.exceptions.ResponseError as exc:
-        raise Unavailable(f"redis rejected {what}: {describe(exc)}") from exc
-    except (redis.exceptions.RedisError, redis.exceptions.RedisClusterException, OSError) as exc:
-        # RedisClusterException: no node serves the key's slot now (a cluster changing).
-        raise Unavailable(f"redis unavailable during {what}: {describe(exc)}") from exc
-    except RuntimeError as exc:
-        # A transport closed under a write (uvloop says so with RuntimeError).
-        if "closed" not in str(exc):
-            raise
-        raise Unavailable(f"redis connection lost during {what}: {describe(exc)}") from exc
-    except AttributeError as exc:
-        # redis-py's cluster client can close a connection another task has just
-        # taken (its writer is then None) while it refreshes the slot map: a lost
-        # connection, like any other.  An AttributeError of our own is a bug: raised.
-        if not _raised_in_redis(exc):
-            raise
-        raise Unavailable(f"redis connection lost during {what}: {describe(exc)}") from exc
-
-
-def _raised_in_redis(exc: BaseException) -> bool:
-    """Whether ``exc`` was raised in redis-py's own code (by module: this adapter's
-    files live under a ``redis`` directory too)."""
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_next is not None:
-        tb = tb.tb_next
-    module = tb.tb_frame.f_globals.get("__name__", "") if tb is not None else ""
-    return isinstance(module, str) and module.split(".")[0] == "redis"
-
-
-class _SentinelResolved(Connection):
-    """A connection that asks the Sentinels for the master's address each time it
-    connects (after a failover the pool's stale connections fail and reconnect here)."""
-
-    def __init__(self, *, resolve: Callable[[], Any], **kwargs: Any) -> None:
-        self._resolve = resolve
-        super().__init__(**kwargs)
-
-    async def _connect(self) -> None:
-        self.host, self.port = await self._resolve()
-        await super()._connect()  # type: ignore[no-untyped-call]
-
-
-class _SentinelResolvedTLS(_SentinelResolved, SSLConnection):
-    pass
-
-
-@dataclass(frozen=True)
-class ListenerAddress:
-    """Where a raw connection (the lane, a pub/sub listener) goes: the one server, the
-    master, or a shard's master; how it connects and greets is the node's
-    :attr:`RedisConnection.dial`."""
-
-    host: str
-    port: int
-    path: str | None = None
-
-
 class RedisConnection:
     """The pool and the node-wide facts the Redis parts share.
 
-    ``identity`` is the server the node last connected to (``host:port`` as configured,
-    or the master's address from the Sentinels): the append step records it with every
-    feed and moves a feed last written on another server to a new epoch.  ``suspect``
-    is set when the node reaches a different Redis server process (a restart, a
-    failover) or its listener was lost: the live reader then verifies every feed it
-    follows before reading on.  ``pending_resets`` holds feeds a request moved to a new
-    epoch; the reader reports them to the followers.
+    ``identity``, ``suspect`` and ``server_changes`` are the server's
+    (:class:`ServerIdentity`, :attr:`server`); ``feed_keys`` and ``fold_key`` the key
+    layout's (:class:`KeyLayout`, :attr:`keys`); ``topology``, ``refresh_topology``,
+    ``shard_of``, ``listener_address``, ``routed`` and ``master_address`` the
+    topology's (:class:`Topology`, :attr:`servers`).  ``pending_resets`` holds feeds a
+    request moved to a new epoch; the reader reports them to the followers.
     """
 
     def __init__(
@@ -187,7 +104,60 @@ class RedisConnection:
             [pack(command) for command in settings.handshake()],
             settings.connect_timeout,
         )
+        #: Where the servers are.
+        self.servers = servers = Topology(settings, self.io)
+        self.topology = servers.learn
+        self.refresh_topology = servers.refresh
+        self.shard_of = servers.shard_of
+        self.listener_address = servers.listener_address
+        self.routed = servers.routed
+        self.master_address = servers.master_address
+        #: The server behind the connections (see :class:`ServerIdentity`).
+        self.server = ServerIdentity(
+            CLUSTER_IDENTITY if self.cluster else settings.identity,
+            follows_master=settings.kind == SENTINEL,
+        )
+        self.reached = self.server.reached
+        #: Key names under ``prefix``.
+        self.keys = KeyLayout(prefix)
+        self.prefix = prefix
+        self.feed_keys = self.keys.feed_keys
+        self.fold_key = self.keys.fold_key
+        self.client: Any = self._client(settings, max_connections)
+        servers.client = self.client
+        #: Where command durations go (``gateway_redis_command_seconds``).
+        self.metrics = metrics
+        #: Set by :meth:`wake`; the live reader re-reads its subscriptions when set.
+        self.woken = False
+        #: Called by :meth:`wake` to interrupt the live reader's wait (set by it).
+        self.on_wake: Callable[[], None] | None = None
+        self.pending_resets: dict[FeedKey, FeedState] = {}
+        self._lane: Lane | None = None
+
+    def _client(self, settings: RedisSettings, max_connections: int) -> Any:
+        """redis-py's cluster client, or a client on a pool of the one server (or of the
+        master the Sentinels name)."""
         tls = settings.tls.redis_py() if settings.tls is not None else {}
+        if self.cluster:
+            # The writer's identity is the shard master's own node id, which the append
+            # step reads itself (it knows where it runs; a redirect cannot mislead it).
+            return RedisCluster(
+                startup_nodes=[ClusterSeed(host, port) for host, port in settings.hosts],
+                max_connections=max_connections,
+                decode_responses=False,
+                socket_connect_timeout=settings.connect_timeout,
+                socket_timeout=settings.timeout,
+                socket_keepalive=True,
+                # Redirects, TRYAGAIN and a shard's failover are followed within the
+                # node's bound (io() cancels whatever takes longer).
+                retry=Retry(ExponentialBackoff(cap=0.25, base=0.01), 3),
+                protocol=2,
+                maint_notifications_config=MaintNotificationsConfig(enabled=False),
+                client_name=settings.client_name,
+                ssl=settings.tls is not None,
+                **settings.credentials.redis_py(),
+                **tls,
+            )
         options: dict[str, Any] = {
             "max_connections": max_connections,
             "timeout": settings.timeout,
@@ -219,40 +189,10 @@ class RedisConnection:
             # As the lane: a dead peer is found without a write (no such option on a
             # unix socket).
             options["socket_keepalive"] = True
-        self._sentinel: Sentinel | None = None
-        self._topology_ready = False
-        self._topology_lock = anyio.Lock()
-        self._configured_identity = settings.identity
-        if self.cluster:
-            self.client: Any = RedisCluster(
-                startup_nodes=[_LastReleasedFirst(host, port) for host, port in settings.hosts],
-                max_connections=max_connections,
-                decode_responses=False,
-                socket_connect_timeout=settings.connect_timeout,
-                socket_timeout=settings.timeout,
-                socket_keepalive=True,
-                # Redirects, TRYAGAIN and a shard's failover are followed within the
-                # node's bound (io() cancels whatever takes longer).
-                retry=Retry(ExponentialBackoff(cap=0.25, base=0.01), 3),
-                protocol=2,
-                maint_notifications_config=MaintNotificationsConfig(enabled=False),
-                client_name=settings.client_name,
-                ssl=settings.tls is not None,
-                **settings.credentials.redis_py(),
-                **tls,
-            )
-            # The writer's identity is the shard master's own node id, which the append
-            # step reads itself (it knows where it runs; a redirect cannot mislead it).
-            self._configured_identity = CLUSTER_IDENTITY
-        elif settings.kind == SENTINEL:
-            self._sentinel = Sentinel(  # type: ignore[no-untyped-call]
-                list(settings.hosts),
-                sentinel_kwargs=settings.sentinel_kwargs(),
-                socket_timeout=settings.timeout,
-            )
+        if settings.kind == SENTINEL:
             pool = aioredis.BlockingConnectionPool(
-                connection_class=_SentinelResolvedTLS if tls else _SentinelResolved,
-                resolve=self.master_address,
+                connection_class=SentinelResolvedTLS if tls else SentinelResolved,
+                resolve=self.servers.master_address,
                 **options,
                 **tls,
             )
@@ -269,47 +209,34 @@ class RedisConnection:
                 **options,
                 **tls,
             )
-        if not self.cluster:
-            # redis-py's own annotations are looser than its replies; the adapter owns them.
-            self.client = aioredis.Redis(connection_pool=pool)
-        self.prefix = prefix
-        #: Feed key names already built (see :meth:`feed_keys`), bounded.
-        self._feed_keys: dict[FeedKey, tuple[str, str, str]] = {}
-        #: Where command durations go (``gateway_redis_command_seconds``).
-        self.metrics = metrics
-        self.suspect = False
-        #: Set by :meth:`wake`; the live reader re-reads its subscriptions when set.
-        self.woken = False
-        #: Called by :meth:`wake` to interrupt the live reader's wait (set by it).
-        self.on_wake: Callable[[], None] | None = None
-        self.pending_resets: dict[FeedKey, FeedState] = {}
-        #: The server the node writes to (see the class docstring).
-        self.identity = self._configured_identity
-        # The identity of the Redis server process last connected to (INFO run_id).
-        self._run_id: bytes | None = None
-        #: How many times this node found itself talking to another Redis process.
-        self.server_changes = 0
-        self._lane: Lane | None = None
+        # redis-py's own annotations are looser than its replies; the adapter owns them.
+        return aioredis.Redis(connection_pool=pool)
 
-    async def master_address(self) -> tuple[str, int]:
-        """The master's address, asked of the Sentinels (Sentinel URLs only)."""
-        assert self._sentinel is not None and self.settings.master is not None
-        try:
-            host, port = await self._sentinel.discover_master(self.settings.master)
-        except redis.exceptions.RedisError as exc:
-            raise redis.exceptions.ConnectionError(
-                f"no master from the sentinels: {describe(exc)}"
-            ) from exc
-        return str(host), int(port)
+    # -- the server behind the connections -------------------------------------------
+
+    @property
+    def identity(self) -> str:
+        """The server the node writes to (:attr:`ServerIdentity.identity`)."""
+        return self.server.identity
+
+    @property
+    def suspect(self) -> bool:
+        """The node reached another server process, or lost a listener: the live reader
+        verifies every feed it follows before reading on (:class:`ServerIdentity`)."""
+        return self.server.suspect
+
+    @suspect.setter
+    def suspect(self, value: bool) -> None:
+        self.server.suspect = value
+
+    @property
+    def server_changes(self) -> int:
+        """How many times this node found itself talking to another Redis process."""
+        return self.server.server_changes
 
     async def _on_connect(self, connection: Any) -> None:
-        """Every new connection: the usual handshake, then note which server it reached.
-
-        Commands retried on a fresh connection hide a restart from the callers; the
-        server's ``run_id`` does not: when it changes, everything this node follows is
-        verified before it reads on (a restored snapshot or a promoted replica may have
-        rolled feeds back).
-        """
+        """Every new connection of the pool: the usual handshake, then note which server
+        it reached (:meth:`ServerIdentity.reached`)."""
         try:
             await connection.on_connect_check_health(check_health=True)
             await connection.send_command("INFO", "server")
@@ -321,62 +248,6 @@ class RedisConnection:
         path = getattr(connection, "path", None)  # a unix socket's connection has no host
         self.reached(bytes(info), path or f"{connection.host}:{connection.port}")
 
-    def reached(self, info: bytes, address: str) -> None:
-        """A new connection reached the server at ``address`` (``host:port``), whose
-        ``INFO server`` reply is ``info``: note which server this node writes to now
-        (Sentinel URLs), and whether its ``run_id`` names another process than before
-        (see :meth:`_on_connect`)."""
-        run_id = None
-        for line in info.splitlines():
-            if line.startswith(b"run_id:"):
-                run_id = line[7:].strip()
-        if self._sentinel is not None:
-            self.identity = address
-        if run_id != self._run_id:
-            if self._run_id is not None:
-                self.suspect = True
-                self.server_changes += 1
-            self._run_id = run_id
-
-    async def topology(self) -> None:
-        """Learn the cluster's shards (once; redirects keep it current afterwards).
-
-        Single-flight: redis-py's cluster client set up by several first commands at
-        once loses some of their connections (``'NoneType' object has no attribute
-        'writelines'``), so concurrent first callers wait for one initialisation."""
-        if self.cluster and not self._topology_ready:
-            async with self._topology_lock:
-                if not self._topology_ready:
-                    with self.io("cluster topology"):
-                        await self.client.initialize()
-                    self._topology_ready = True
-
-    async def refresh_topology(self) -> None:
-        """Ask the cluster again who serves which slots (after a listener was refused or
-        lost: a failover or a migration)."""
-        if self.cluster:
-            with self.io("cluster topology"):
-                await self.client.nodes_manager.initialize()
-            self._topology_ready = True
-
-    def shard_of(self, key: bytes) -> ListenerAddress:
-        """Where a key's shard master is (cluster only; :meth:`topology` first)."""
-        node = self.client.get_node_from_key(key)
-        return ListenerAddress(str(node.host), int(node.port))
-
-    async def listener_address(self) -> ListenerAddress:
-        """Where the node's raw connections (the lane, the pub/sub listener) must go now
-        (not a cluster): the one server, or the master the Sentinels name."""
-        settings = self.settings
-        if settings.kind == SENTINEL:
-            with self.io("sentinel"):
-                host, port = await self.master_address()
-            return ListenerAddress(host, port)
-        if settings.kind == UNIX:
-            return ListenerAddress("localhost", 0, settings.path)
-        host, port = settings.hosts[0]
-        return ListenerAddress(host, port)
-
     def lane(self) -> Lane | None:
         """The node's one lane for the append step (:mod:`.lane`), made on first use;
         None on a cluster, whose keys live on their own shards."""
@@ -385,40 +256,6 @@ class RedisConnection:
         if self._lane is None:
             self._lane = Lane(self)
         return self._lane
-
-    # -- key names ---------------------------------------------------------------------
-
-    #: Feeds whose key names :meth:`feed_keys` remembers at most.
-    FEED_KEYS_KEPT = 65_536
-
-    def feed_keys(self, feed: FeedKey) -> tuple[str, str, str]:
-        """The feed's metadata hash, stream and idempotency-key hash.
-
-        Remembered (the tenant's percent-encoding in the hash tag costs ~1.4 us, once per
-        append and read otherwise); forgotten all at once past ``FEED_KEYS_KEPT``.
-        """
-        keys = self._feed_keys.get(feed)
-        if keys is None:
-            if len(self._feed_keys) >= self.FEED_KEYS_KEPT:
-                self._feed_keys.clear()
-            base = f"{self.prefix}:{feed.tag()}"
-            keys = self._feed_keys[feed] = (base + ":m", base + ":s", base + ":i")
-        return keys
-
-    def fold_key(self, feed: FeedKey) -> str:
-        """The run's fold hash, beside the feed's other keys (same hash slot)."""
-        return f"{self.prefix}:{feed.tag()}:f"
-
-    def routed(self, key: bytes | str) -> dict[str, Any]:
-        """Keyword arguments for a command on ``key`` that send it straight to the
-        shard serving the key (on a cluster; nothing otherwise).  For XREAD and
-        XREADGROUP redis-py would first ask a server which of the arguments are keys
-        (``COMMAND GETKEYS``): one more round trip per command, and per command of a
-        pipeline.  Redirects are still followed.  Until the client has learnt the slot
-        map nothing is named: redis-py finds the shard itself."""
-        if not self.cluster or not self.client.nodes_manager.slots_cache:
-            return {}
-        return {"target_nodes": self.client.get_node_from_key(key)}
 
     @property
     def publish_command(self) -> str:
@@ -431,8 +268,8 @@ class RedisConnection:
     def io(
         self, what: str, command: str | None = None, *, within: float | None = None
     ) -> Iterator[None]:
-        """Translate failures to Unavailable, bound the call (``within`` seconds, default
-        :attr:`timeout`) and time the command (if named).
+        """Translate failures to Unavailable (:func:`map_exceptions`), bound the call
+        (``within`` seconds, default :attr:`timeout`) and time the command (if named).
 
         A call with the default bound is shielded from its caller's cancellation: it
         ends (answered, failed or timed out) within the bound, and only then does the
@@ -447,7 +284,7 @@ class RedisConnection:
         started = time.perf_counter()
         bound = self.timeout if within is None else within
         try:
-            with translate(what):
+            with map_exceptions(what):
                 try:
                     with anyio.fail_after(bound, shield=within is None):
                         yield
@@ -494,12 +331,7 @@ class RedisConnection:
         await self.topology()
         try:
             with self.io("ping", "ping"):
-                primaries = {
-                    nodes[0].name: nodes[0]
-                    for nodes in self.client.nodes_manager.slots_cache.values()
-                    if nodes
-                }
-                await self.client.ping(target_nodes=list(primaries.values()))
+                await self.client.ping(target_nodes=self.servers.primaries())
         except Unavailable:
             # A shard master may have failed over: learn the new map for the next ping.
             with contextlib.suppress(Unavailable):
@@ -511,6 +343,4 @@ class RedisConnection:
             self._lane.close()
         with contextlib.suppress(Exception):
             await self.client.aclose()
-        if self._sentinel is not None:
-            with contextlib.suppress(Exception):
-                await self._sentinel.aclose()
+        await self.servers.aclose()

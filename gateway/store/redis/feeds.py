@@ -25,8 +25,9 @@ from gateway.errors import GatewayError, HeadMoved, IdempotencyKeyReused, Unavai
 from gateway.feed import AppendResult, FeedKey, FeedState, NewItem, StoredItem
 from gateway.limits import Charge
 from gateway.store.base import Batch, FeedStore, Joined, history_start
+from gateway.store.redis.client.errors import map_exceptions, refusal
 from gateway.store.redis.coalesce import Coalescer
-from gateway.store.redis.connection import RedisConnection, translate
+from gateway.store.redis.connection import RedisConnection
 from gateway.store.redis.resp import pack, refused
 
 log = structlog.get_logger("gateway.store")
@@ -115,7 +116,7 @@ class RedisFeeds(FeedStore):
         as in feed keys; its own hash slot on a cluster)."""
         key = self._rate_keys.get(tenant)
         if key is None:
-            if len(self._rate_keys) >= self.conn.FEED_KEYS_KEPT:
+            if len(self._rate_keys) >= self.conn.keys.FEED_KEYS_KEPT:
                 self._rate_keys.clear()
             key = self._rate_keys[tenant] = f"{self.conn.prefix}:rate:{{{quote(tenant, safe='')}}}"
         return key
@@ -188,7 +189,7 @@ class RedisFeeds(FeedStore):
             return reply
         if self._coalescer is not None and (mode != "append" or not self.min_replicas):
             reply = await self._coalescer.submit((keys, args))
-            with translate(mode):
+            with map_exceptions(mode):
                 if isinstance(reply, _FAILED):
                     raise reply
             return reply
@@ -360,14 +361,11 @@ class RedisFeeds(FeedStore):
         if todo:
             [loaded] = await self._lane.run([pack(["SCRIPT", "LOAD", SCRIPT])])
             if refused(loaded):
-                raise Unavailable(f"redis refused the append step's script: {loaded}")
+                raise refusal("the append step's script", loaded)
             again = await self._lane.run([commands[i] for i in todo])
             for i, reply in zip(todo, again, strict=True):
                 replies[i] = reply
-        return [
-            Unavailable(f"redis rejected append: {reply}") if refused(reply) else reply
-            for reply in replies
-        ]
+        return [refusal("append", reply) if refused(reply) else reply for reply in replies]
 
     async def _evalsha_many(
         self,
@@ -426,7 +424,7 @@ class RedisFeeds(FeedStore):
             keys, args = calls[index]
             await limiter.acquire()  # not ``async with``: README, "The compiled hot path"
             try:
-                with translate("append step"):
+                with map_exceptions("append step"):
                     replies[index] = await self._script(keys=keys, args=args)
             except Unavailable as exc:  # in its place, as a pipeline's errors are
                 replies[index] = exc

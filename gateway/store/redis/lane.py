@@ -43,9 +43,9 @@ from typing import Any, Protocol, cast
 import anyio
 import hiredis
 
-from gateway.errors import Unavailable
+from gateway.store.redis.client.errors import map_exceptions, refusal
 from gateway.store.redis.faults import LaneLost, LaneTimeout
-from gateway.store.redis.resp import Address, Dial, describe, open_raw, pack, refused
+from gateway.store.redis.resp import Address, Dial, open_raw, pack, refused
 
 
 class Server(Protocol):
@@ -217,6 +217,11 @@ class Lane:
     async def run(self, commands: Sequence[bytes]) -> list[Any]:
         if not commands:
             return []
+        with map_exceptions("the append lane"):
+            return await self._run(commands)
+
+    async def _run(self, commands: Sequence[bytes]) -> list[Any]:
+        """:meth:`run`, raising the connection's own failures (mapped by the caller)."""
         replies: list[Any] = [None] * len(commands)
         todo = list(range(len(commands)))
         for attempt in range(ATTEMPTS):
@@ -234,9 +239,9 @@ class Lane:
                 # its replies are dropped in their turn, and the callers whose commands
                 # share its write still get theirs.
                 await futures[-1]
-            except LaneTimeout as exc:
+            except LaneTimeout:
                 # Redis stopped answering: not sent again (the lane's bound is the call's).
-                raise Unavailable(str(exc)) from exc
+                raise
             except LaneLost:
                 pass
             again: list[int] = []
@@ -257,7 +262,7 @@ class Lane:
             if not again:
                 return replies
             todo = again
-        raise Unavailable(f"redis unavailable: {describe(failure)}") from failure
+        raise failure
 
     async def _connected(self) -> _Pipe:
         pipe = self._pipe
@@ -299,7 +304,7 @@ class Lane:
         for reply in replies:
             if refused(reply):
                 pipe.abort(LaneLost(f"redis refused the handshake: {reply}"))
-                raise Unavailable(f"redis refused the lane's handshake: {reply}")
+                raise refusal("the lane's handshake", reply)
         conn.reached(bytes(replies[-1]), address.path or f"{address.host}:{address.port}")
         return pipe
 

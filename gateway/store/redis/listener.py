@@ -28,7 +28,7 @@ import anyio
 import hiredis
 import structlog
 
-from gateway.store.redis.connection import ListenerAddress
+from gateway.store.redis.client.topology import ListenerAddress
 from gateway.store.redis.faults import ListenerLost
 from gateway.store.redis.resp import PLAIN, Dial, open_raw, pack, refused
 
@@ -41,7 +41,7 @@ MAX_PENDING = 100_000
 
 #: While a hold lasts, the bytes that must wait in the socket before the kernel calls
 #: it readable (``SO_RCVLOWAT``): a backlog this large is read at once (and a read this
-#: large takes no new hold, ``RedisLive.LARGE_READ``).
+#: large takes no new hold, ``HoldPolicy.LARGE_READ``).
 HOLD_LOWAT = 64 * 1024
 
 #: Messages (channel, payload) in the order they were received.

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import math
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -27,8 +26,11 @@ import anyio
 from gateway.cursor import Cursor
 from gateway.feed import FeedKey, StoredItem
 from gateway.limits import Charge
-from gateway.store.base import Batch, Direct, LiveFeed, Positions
-from gateway.store.redis.connection import ListenerAddress, RedisConnection, translate
+from gateway.store.base import Batch, LiveFeed, LiveSink, Positions, push
+from gateway.store.hold import HoldPolicy
+from gateway.store.redis.client.errors import map_exceptions
+from gateway.store.redis.client.topology import ListenerAddress
+from gateway.store.redis.connection import RedisConnection
 from gateway.store.redis.feeds import RedisFeeds, stored_item
 from gateway.store.redis.listener import HandOver, Listener, Messages, Waker
 from gateway.store.redis.listener import connect as connect_listener
@@ -54,7 +56,7 @@ class RedisLive(LiveFeed):
     #: When a check could not reach some feed (its shard down or moving): again after.
     VERIFY_RETRY_SECONDS = 0.5
 
-    def __init__(self, conn: RedisConnection, feeds: RedisFeeds) -> None:
+    def __init__(self, conn: RedisConnection, feeds: RedisFeeds, *, linger: float = 0.002) -> None:
         self.conn = conn
         self.feeds = feeds
         self._redis = conn.client
@@ -75,14 +77,14 @@ class RedisLive(LiveFeed):
         #: for one (see following).
         self._confirmed: set[FeedKey] = set()
         self._waiters: dict[FeedKey, anyio.Event] = {}
-        #: The timer that ends a hold of the listeners (see linger), while one lasts.
+        #: When to hold the listeners, and for how long (``linger``: the longest, in
+        #: seconds).
+        self.policy = HoldPolicy(linger)
+        #: The timer that ends a hold of the listeners (see hold), while one lasts.
         self._release: asyncio.TimerHandle | None = None
-        #: Batches handed over to a reader's ``direct`` (counted for tests).
+        #: Batches pushed from a listener's callback while the reader waited (counted
+        #: for tests).
         self.handed_over = 0
-        #: When messages were last handed over, and the recent rate of messages per
-        #: second (see _arrived).
-        self._last_hand_over = 0.0
-        self._rate = 0.0
 
     async def broadcast(self, feed: FeedKey, data: bytes, charge: Charge | None = None) -> None:
         # On the feed's own channel, marked so readers tell it from the append step's
@@ -102,27 +104,23 @@ class RedisLive(LiveFeed):
     async def wake(self) -> None:
         await self.conn.wake()
 
-    async def linger(self, seconds: float) -> None:
-        # The hub asks after a read that returned items (the rarer path: most items
-        # are handed over, whose rate decides here too, see _hold_length).  Returns at
-        # once: the next read_new waits, and the held messages reach it (or its
-        # direct) when the hold ends.
-        self._hold(seconds)
-
     @property
     def reading(self) -> bool:
         """Whether every listener reads now (False while a hold lasts)."""
         return all(listener.reading for listener in self._listeners.values())
 
-    def _hold(self, limit: float) -> None:
+    def hold(self, limit: float) -> None:
         """Stop reading every listener for at most ``limit`` seconds, as long as the
-        recent rate makes it pay (:meth:`_hold_length`), unless a hold already lasts:
-        what is published meanwhile waits in the kernel, and is then read at once, in
-        one wake-up of the node instead of one each."""
-        if self._release is not None:
-            return
-        seconds = self._hold_length(limit)
-        if seconds <= 0:
+        recent rate makes it pay (:meth:`HoldPolicy.hold_length`), unless a hold
+        already lasts: what is published meanwhile waits in the kernel, and is then
+        read at once, in one wake-up of the node instead of one each.  Returns at once:
+        the next read waits, and the held messages reach it when the hold ends."""
+        self._hold_for(self.policy.hold_length(limit))
+
+    def _hold_for(self, seconds: float) -> None:
+        """Stop reading every listener for ``seconds`` (none if 0), unless a hold
+        already lasts."""
+        if self._release is not None or seconds <= 0:
             return
         for listener in self._listeners.values():
             listener.hold()
@@ -179,20 +177,29 @@ class RedisLive(LiveFeed):
     async def read_new(
         self,
         positions: Mapping[FeedKey, Cursor],
+        sink: LiveSink,
         *,
         count: int,
         block_ms: int,
-        direct: Direct | None = None,
-    ) -> dict[FeedKey, Batch]:
-        """Take the items the append step published for the followed feeds.
+    ) -> None:
+        """Take the items the append step published for the followed feeds and push
+        them into ``sink``.
 
         Whatever cannot be taken from the messages is read from the streams: feeds new
         to this node, a message that does not continue the position (one was missed),
         and every followed feed on a periodic sweep and after a listener was replaced.
 
         While this waits with nothing else to do, messages whose items continue their
-        feed's position go to ``direct`` as they arrive (:meth:`_hand_over`).
+        feed's position are pushed as they arrive (:meth:`_hand_over`).  After a push
+        to few subscriptions the listeners are held (:class:`HoldPolicy`).
         """
+        items, offers = push(sink, await self._read(positions, sink, count, block_ms))
+        self.hold(self.policy.lingers(items, offers))
+
+    async def _read(
+        self, positions: Mapping[FeedKey, Cursor], sink: LiveSink, count: int, block_ms: int
+    ) -> dict[FeedKey, Batch]:
+        """What :meth:`read_new` pushes at its end, by feed, in order."""
         resets = {
             feed: Batch([], reset=self.conn.pending_resets.pop(feed))
             for feed in list(self.conn.pending_resets)
@@ -223,8 +230,8 @@ class RedisLive(LiveFeed):
         # share of every event): each wait inside has its own bound (the waker's
         # timer, the subscribe's confirmation, the listener's connect, redis-py's
         # socket timeouts for the cluster's topology).
-        with translate("read_new"):
-            pushed, todo, stamps, transient = await self._listen(positions, block_ms, direct)
+        with map_exceptions("read_new"):
+            pushed, todo, stamps, transient = await self._listen(positions, block_ms, sink)
         if len(self._stream_keys) > 2 * len(positions) + 1000:
             self._forget_keys(positions)
         out: dict[FeedKey, Batch] = {}
@@ -323,7 +330,7 @@ class RedisLive(LiveFeed):
         return True
 
     async def _listen(
-        self, positions: Mapping[FeedKey, Cursor], block_ms: int, direct: Direct | None
+        self, positions: Mapping[FeedKey, Cursor], block_ms: int, sink: LiveSink
     ) -> _Gathered:
         """Published items that continue each position, the feeds to read instead, the
         append time of each feed's newest published item, and transient messages."""
@@ -358,9 +365,7 @@ class RedisLive(LiveFeed):
             if sweep:
                 self._last_sweep = now
                 return pushed, todo, stamps, transient
-            hand_over = None
-            if direct is not None:
-                hand_over = functools.partial(self._hand_over, positions, direct)
+            hand_over = functools.partial(self._hand_over, positions, sink)
             await self._gather(
                 positions, pushed, todo, stamps, transient, now + block_ms / 1000, hand_over
             )
@@ -444,18 +449,16 @@ class RedisLive(LiveFeed):
                 return
 
     def _hand_over(
-        self, positions: Mapping[FeedKey, Cursor], direct: Direct, messages: Messages
+        self, positions: Mapping[FeedKey, Cursor], sink: LiveSink, messages: Messages
     ) -> Messages:
-        """Messages that arrived while the reader waits with nothing else to do: give
-        ``direct`` each feed's items that continue its position, one batch per feed,
-        and leave the rest to the reader, in order: a feed's messages from the first
-        one not handed over (a gap, a transient message, a reset pending for it), and
-        every message while a server change or a wake-up is pending.
+        """Messages that arrived while the reader waits with nothing else to do: push
+        each feed's items that continue its position into ``sink``, one batch per
+        feed, and leave the rest to the reader, in order: a feed's messages from the
+        first one not handed over (a gap, a transient message, a reset pending for
+        it), and every message while a server change or a wake-up is pending.
 
-        ``positions`` is the reader's live view: ``direct`` moves it on.  Then holds
-        the listeners, at most as long as ``direct`` asks and only if the rate makes it
-        pay (:meth:`_hold_length`), unless this was a large read (more is likely
-        waiting: read on at once)."""
+        ``positions`` is the reader's live view: the sink moves it on.  Then holds the
+        listeners as the policy says (:meth:`HoldPolicy.hold`)."""
         conn = self.conn
         if conn.woken or conn.suspect:
             return messages
@@ -492,54 +495,13 @@ class RedisLive(LiveFeed):
             else:
                 batch.items.extend(fresh)
                 batch.appended = appended
-        self._arrived(len(messages), time.monotonic())
+        policy = self.policy
+        policy.arrived(len(messages), time.monotonic())
         if batches:
             self.handed_over += len(batches)
-            hold = direct(batches)
-            if hold and size < self.LARGE_READ:
-                self._hold(hold)
+            items, offers = push(sink, batches)
+            self._hold_for(policy.hold(items, offers, size))
         return left
-
-    #: Messages a second to the node from which a hold pays: below it, the hold's
-    #: timer wake-up and the delay cost more than the wake-ups of a few lone messages
-    #: (measured on KVM guests: 2 ms holds lost below ~500 messages a second and won
-    #: from ~1,000; 5 ms holds cost as much as none or more at 500 a second and saved
-    #: 15% at 1,000).
-    HOLD_RATE = 600.0
-    #: A hold lasts about as long as this many messages take to come at the recent
-    #: rate (at most the linger): more per wake-up saved nothing measurable (at 4,000
-    #: messages a second over 1,000 feeds, holds of 2 and 5 ms cost the same per
-    #: event), and a shorter hold delays each message less.
-    HOLD_TARGET = 10.0
-    #: Payload bytes handed over at once past which no hold is taken: a read this
-    #: large suggests more is waiting in the socket (the transport reads at most
-    #: 256 KiB at a time), and a hold would slow a backlog down to a read per hold.
-    LARGE_READ = 64 * 1024
-
-    #: The time constant of the recent rate, in seconds: a few holds long, so that a
-    #: pair of messages that happen to come close together does not read as a fast
-    #: stream (each hand-over's own rate did: sparse traffic was held for nothing).
-    RATE_WINDOW = 0.02
-
-    def _arrived(self, received: int, now: float) -> None:
-        """``received`` messages arrived at ``now``: the recent rate of messages per
-        second, a count that decays with :data:`RATE_WINDOW` as its time constant."""
-        elapsed = max(now - self._last_hand_over, 0.0)
-        self._last_hand_over = now
-        window = self.RATE_WINDOW
-        self._rate = self._rate * math.exp(-elapsed / window) + received / window
-
-    def _hold_length(self, limit: float) -> float:
-        """Seconds to hold the listeners for, at most ``limit`` (the linger): none (0)
-        while the recent rate is under :data:`HOLD_RATE` (sparse traffic is not woken
-        twice per message), else the time :data:`HOLD_TARGET` messages take to come at
-        that rate, so that denser traffic is held for less."""
-        rate = self._rate
-        if rate < self.HOLD_RATE or limit <= 0:
-            return 0.0
-        if rate * limit <= self.HOLD_TARGET:
-            return limit
-        return self.HOLD_TARGET / rate
 
     def _take(
         self,

@@ -1,8 +1,8 @@
-"""``Hub._direct``: batches the store hands over while the reader waits in ``read_new``
-are dispatched as a returned read's would be, and the hub asks the store to hold further
-notifications (its linger) on the rule it applies after a read: only when the items went
-to few subscribers each.  Pure logic: subscriptions write into transports that keep what
-they get."""
+"""The hub as the store's sink (``Hub.on_items``, ``Hub.on_gap``): a pushed batch is
+offered to every live subscription, and ``on_items`` answers how many subscriptions it
+reached, which the store's hold policy weighs (tests/store/test_hold.py), with every
+batch of one push together (``gateway.store.base.push``).  Pure logic: subscriptions
+write into transports that keep what they get."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from gateway.fanout.subscription import Subscription, SubState
 from gateway.feed import FeedKey, StoredItem, team_feed
 from gateway.metrics import Metrics
 from gateway.net.server import TransportWriter
-from gateway.store.base import Batch
+from gateway.store.base import Batch, push
+from gateway.store.hold import HoldPolicy
 from gateway.store.memory import MemoryStore
 from gateway.wire.formats import TEAM_WS
 from tests.support import events as ev
@@ -52,7 +53,7 @@ class Stream:
 
 def hub_with(subscribers: int, *, failing: int = 0) -> tuple[Hub, FeedKey, list[Kept]]:
     store = MemoryStore()
-    hub = Hub(store, store, Metrics(), linger_ms=2.0)
+    hub = Hub(store, store, Metrics())
     return hub, *follow(hub, subscribers, failing=failing)
 
 
@@ -76,46 +77,52 @@ def batch(*offsets: int) -> Batch:
     return Batch([StoredItem(7, offset, payload, "c") for offset in offsets], appended=1.0)
 
 
+def hold_after(hub: Hub, batches: dict[FeedKey, Batch]) -> float:
+    """Push ``batches`` into the hub as a store does; the linger the policy asks then."""
+    return HoldPolicy(0.002).lingers(*push(hub, batches))
+
+
 def test_a_batch_handed_over_reaches_every_live_subscriber_once() -> None:
     hub, feed, transports = hub_with(3)
-    hold = hub._direct({feed: batch(1, 2)})
+    assert hub.on_items(feed, batch(1, 2)) == 3
+    hold = hold_after(hub, {feed: batch(3)})
     assert hold == pytest.approx(0.002)  # few subscribers per item: linger
-    assert hub.channels[feed].position == Cursor(7, 2)
+    assert hub.channels[feed].position == Cursor(7, 3)
     for transport in transports:
-        assert len(transport.written) == 1  # both items in one write
-        assert transport.written[0].count(b'"offset":') == 2
-    # The next batch continues; one that repeats what was delivered writes nothing.
-    hub._direct({feed: batch(3)})
-    hub._direct({feed: batch(3)})
+        assert transport.written[0].count(b'"offset":') == 2  # both items in one write
+    # The next batch continued; one that repeats what was delivered writes nothing.
+    hold_after(hub, {feed: batch(3)})
     assert all(len(t.written) == 2 for t in transports)
 
 
 def test_a_batch_for_many_subscribers_asks_for_no_hold() -> None:
-    hub, feed, transports = hub_with(Hub.LINGER_BELOW)
-    assert hub._direct({feed: batch(1)}) == 0.0
+    hub, feed, transports = hub_with(HoldPolicy.LINGER_BELOW)
+    assert hold_after(hub, {feed: batch(1)}) == 0.0
     assert all(len(t.written) == 1 for t in transports)
 
 
 def test_the_hold_follows_all_the_batches_handed_over_together() -> None:
     # As after a read: a busy feed handed over with a quiet one is not held back for
     # it (offers per item over all of them decide).
-    hub, busy, _ = hub_with(Hub.LINGER_BELOW * 2)
+    hub, busy, _ = hub_with(HoldPolicy.LINGER_BELOW * 2)
     quiet, _ = follow(hub, 1)
-    assert hub._direct({busy: batch(1), quiet: batch(1)}) == 0.0
+    assert hold_after(hub, {busy: batch(1), quiet: batch(1)}) == 0.0
     other, _ = follow(hub, 1)
-    assert hub._direct({quiet: batch(2), other: batch(1)}) == pytest.approx(0.002)
+    assert hold_after(hub, {quiet: batch(2), other: batch(1)}) == pytest.approx(0.002)
 
 
 def test_a_feed_no_longer_followed_is_left_alone() -> None:
     hub, _, transports = hub_with(2)
-    assert hub._direct({team_feed("acme", ev.team_id()): batch(1)}) == 0.0
+    unfollowed = team_feed("acme", ev.team_id())
+    assert hub.on_items(unfollowed, batch(1)) == 0
+    assert hold_after(hub, {unfollowed: batch(1)}) == 0.0
     assert all(t.written == [] for t in transports)
 
 
 def test_a_dispatch_that_fails_stays_in_the_hub() -> None:
     # The store calls this from its I/O callback: a bug must not reach it.
     hub, feed, _ = hub_with(2, failing=2)
-    assert hub._direct({feed: batch(1)}) == pytest.approx(0.002)
+    assert hold_after(hub, {feed: batch(1)}) == pytest.approx(0.002)
 
 
 def test_a_subscription_its_owner_closes_during_a_dispatch_does_not_stop_it() -> None:
@@ -127,6 +134,6 @@ def test_a_subscription_its_owner_closes_during_a_dispatch_does_not_stop_it() ->
         if sub.outbox is not None and sub.outbox._write == transports[0].write:
             transports[0].held = 10**9  # over its bound: the write is refused
             sub.notify = hub.close
-    hub._direct({feed: batch(1)})
+    hub.on_items(feed, batch(1))
     assert [len(t.written) for t in transports] == [0, 1, 1, 1]
     assert len(hub.channels[feed].subs) == 3
