@@ -261,7 +261,10 @@ class LlhttpRequestParser:
         upgrade = "upgrade" in connection and headers.get("upgrade", "") != ""
         if upgrade and self._length != 0:
             raise HttpError(400, "a request to switch protocols has content")
-        keep_alive = http11 and "close" not in connection and "upgrade" not in headers
+        # As h1: a request that asks to switch protocols (an upgrade field or the
+        # upgrade connection option) and is not switched ends its connection.
+        asks = "upgrade" in headers or "upgrade" in connection
+        keep_alive = http11 and "close" not in connection and not asks
         self._current = ParsedRequest(
             method, target, headers, http11, keep_alive, upgrade and http11
         )
