@@ -476,7 +476,10 @@ def code_sources() -> list[Path]:
     """The modules whose commentary must speak of the product: the package, the tests,
     the scripts and the benchmarks."""
     return gateway_sources() + sorted(
-        path for folder in ("tests", "scripts", "bench") for path in (ROOT / folder).rglob("*.py")
+        path
+        for folder in ("tests", "scripts", "bench")
+        for path in (ROOT / folder).rglob("*.py")
+        if "node_modules" not in path.parts  # npm packages installed for the JS tests, peers
     )
 
 
