@@ -223,12 +223,17 @@ class Tally:
             self.latencies.append((now_ns - sent_ns) / 1e6)
 
 
-def expected_per_subscriber(published: Sequence[int], subscribers: int, channels: int) -> int:
-    """Deliveries owed: each channel's published count times its subscriber count
-    (subscriber ``i`` is on channel ``i % channels``)."""
-    return sum(
-        published[ch] * len(range(ch, subscribers, channels)) for ch in range(len(published))
-    )
+def listeners_per_channel(subscribed: Iterable[int], channels: int) -> list[int]:
+    """How many connected subscribers each channel has, from each one's channel."""
+    counts = [0] * channels
+    for ch in subscribed:
+        counts[ch] += 1
+    return counts
+
+
+def deliveries_owed(published: Sequence[int], listeners: Sequence[int]) -> int:
+    """Each channel's published events times its connected subscribers."""
+    return sum(events * count for events, count in zip(published, listeners, strict=True))
 
 
 # ---------------------------------------------------------------- process figures
@@ -489,6 +494,9 @@ class Run:
     tallies: list[Tally] = field(default_factory=list)
     published: list[int] = field(default_factory=list)
     listeners: list[int] = field(default_factory=list)
+    #: Subscribers that could not connect or subscribe: how many, and the first reasons.
+    connect_errors: int = 0
+    error_sample: list[str] = field(default_factory=list)
     #: Deliveries owed so far: the subscribers of each published event's channel.
     owed_count: int = 0
 
@@ -513,7 +521,6 @@ class Run:
             ch = i % a.channels
             channel = self.channel(ch)
             tally = Tally(self.totals, ch, sample=i % every == 0)
-            self.tallies.append(tally)
             url = fill(a.url, ch, channel)
             ready: asyncio.Future[None] = loop.create_future()
             if a.sub == "sse":
@@ -529,10 +536,21 @@ class Run:
                     )
 
             async with gate:
-                await loop.create_connection(factory, host, port)
-                await asyncio.wait_for(ready, 30)
+                try:
+                    await loop.create_connection(factory, host, port)
+                    await asyncio.wait_for(ready, 30)
+                except (OSError, TimeoutError) as exc:
+                    # A refused subscriber (say, a balancer's 503) is counted, not fatal.
+                    self.connect_errors += 1
+                    if len(self.error_sample) < 3:
+                        self.error_sample.append(repr(exc))
+                    return
+            self.tallies.append(tally)
 
         await asyncio.gather(*(one(i) for i in range(a.n)))
+        if not self.tallies:
+            raise RuntimeError(f"no subscriber connected: {self.error_sample}")
+        self.listeners = listeners_per_channel((t.ch for t in self.tallies), a.channels)
 
     async def warm_up(self, publisher: Publisher) -> None:
         """Probes (sequence 0) to every channel until every subscriber has seen one: a
@@ -558,7 +576,6 @@ class Run:
     async def publish(self, publisher: Publisher) -> None:
         a = self.args
         self.published = [0] * a.channels
-        self.listeners = [len(range(ch, a.n, a.channels)) for ch in range(a.channels)]
         size = a.payload_bytes
         if a.rate > 0:
             schedule = Schedule(a.rate, a.channels, a.duration)
@@ -572,8 +589,8 @@ class Run:
                     await asyncio.sleep(wait)
             return
         # As fast as delivery allows: at most ``window`` undelivered events per subscriber.
-        limit = a.window * a.n
-        per_event = a.n / a.channels
+        limit = a.window * len(self.tallies)
+        per_event = len(self.tallies) / a.channels
         end, k = time.monotonic() + a.duration, 0
         while time.monotonic() < end:
             room = int((limit - (self.owed() - self.totals.delivered)) / per_event)
@@ -647,12 +664,14 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         await publisher.aclose()
     server_cpu -= server_cpu0
     server_sys -= server_sys0
-    owed = expected_per_subscriber(run.published, args.n, args.channels)
+    owed = deliveries_owed(run.published, run.listeners)
     latencies = [x for t in run.tallies if t.latencies is not None for x in t.latencies]
     result: dict[str, Any] = {
         "label": args.label,
         "transport": args.sub,
         "subscribers": args.n,
+        "connect_errors": run.connect_errors,
+        "connect_error_sample": run.error_sample,
         "channels": args.channels,
         "rate": args.rate,
         "connect_s": round(connect_s, 2),
@@ -684,12 +703,15 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
                 "end": rss_mb(pids),
             },
             "server_rss_per_idle_conn_kb": (
-                (rss_idle - rss_before) * 1024 / args.n
+                (rss_idle - rss_before) * 1024 / len(run.tallies)
                 if rss_idle is not None and rss_before is not None
                 else None
             ),
         }
-    result["pids"] = {name: {"cpu_util": cpu / span} for name, cpu in named_cpu.items()}
+    result["other_pids"] = {
+        name: {"cpu_s": cpu, "cpu_util": cpu / span, "rss_mb": rss_mb([named_pids[name]])}
+        for name, cpu in named_cpu.items()
+    }
     return result
 
 

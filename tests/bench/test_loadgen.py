@@ -75,10 +75,14 @@ def test_schedule_caps_a_batch() -> None:
     assert schedule.due(0.5)[0] == (0, lg.MAX_BATCH + 1)
 
 
-def test_deliveries_owed_follow_the_subscribers_of_each_channel() -> None:
+def test_deliveries_owed_follow_the_connected_subscribers_of_each_channel() -> None:
     # 5 subscribers on 2 channels: channel 0 has subscribers 0, 2, 4; channel 1 has 1, 3.
-    assert lg.expected_per_subscriber([2, 3], subscribers=5, channels=2) == 2 * 3 + 3 * 2
-    assert lg.expected_per_subscriber([4], subscribers=1000, channels=1) == 4000
+    listeners = lg.listeners_per_channel([i % 2 for i in range(5)], channels=2)
+    assert listeners == [3, 2]
+    assert lg.deliveries_owed([2, 3], listeners) == 2 * 3 + 3 * 2
+    # Subscriber 4 could not connect: it is owed nothing.
+    assert lg.deliveries_owed([2, 3], lg.listeners_per_channel([0, 1, 0, 1], 2)) == 10
+    assert lg.deliveries_owed([4, 0, 1], [0, 0, 0]) == 0
 
 
 def marked(ch: int, seq: int, sent_ns: int = 1_000_000) -> bytes:
