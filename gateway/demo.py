@@ -1,8 +1,9 @@
 """``gateway demo``: publish the demo's story (gateway.scenario) into a running gateway.
 
 :func:`run_demo` POSTs one publish after another over one HTTP/1.1 keep-alive connection
-(h11 on anyio streams), at a bounded rate, until it is cancelled (Ctrl-C), ``stop_after``
-seconds have passed or ``max_events`` were published.  Every publish is safe to retry
+(the standard library's ``http.client``, in a worker thread), at a bounded rate, until
+it is cancelled (Ctrl-C), ``stop_after`` seconds have passed or ``max_events`` were
+published.  Every publish is safe to retry
 (team items carry an ``event_id``, run publishes an ``Idempotency-Key``), so a gateway
 that restarts, drains, answers 503 or 429 only slows the demo down: it retries the same
 publish with jittered backoff and goes on, and nothing is published twice.  A 4xx other
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import base64
 import binascii
+import http.client
 import math
 import os
 import random
@@ -28,8 +30,7 @@ from typing import Final, TextIO
 from urllib.parse import urlsplit
 
 import anyio
-import anyio.abc
-import h11
+import anyio.to_thread
 import msgspec
 
 from gateway.scenario import Publish, scenario
@@ -73,7 +74,11 @@ class Published:
 
 
 class _Http:
-    """One keep-alive HTTP/1.1 connection to the gateway, reopened when it breaks."""
+    """One keep-alive HTTP/1.1 connection to the gateway, reopened when it breaks.
+
+    The standard library's client, each request in a worker thread; a request that is
+    cancelled (a timeout, Ctrl-C) abandons its thread, which ends within the socket
+    timeout, and its connection, which is never used again."""
 
     def __init__(self, base_url: str) -> None:
         parts = urlsplit(base_url)
@@ -83,79 +88,43 @@ class _Http:
         self.host = parts.hostname
         self.port = parts.port or (443 if self.tls else 80)
         self.prefix = parts.path.rstrip("/")
-        self.authority = parts.netloc
-        self._stream: anyio.abc.ByteStream | None = None
-        self._h11: h11.Connection | None = None
+        self._conn: http.client.HTTPConnection | None = None
 
     async def post(
         self, path: str, body: bytes, headers: list[tuple[str, str]]
     ) -> tuple[int, dict[str, str], bytes]:
-        """POST ``body``; return (status, headers, body).  Raises OSError-like errors
-        (``OSError``, ``h11.ProtocolError``, ``anyio`` stream errors) when it breaks."""
-        if self._stream is None or self._h11 is None:
-            stream: anyio.abc.ByteStream
-            if self.tls:
-                stream = await anyio.connect_tcp(
-                    self.host, self.port, tls=True, tls_hostname=self.host
-                )
-            else:
-                stream = await anyio.connect_tcp(self.host, self.port)
-            self._stream = stream
-            self._h11 = h11.Connection(h11.CLIENT)
-        conn, sock = self._h11, self._stream
-        request = h11.Request(
-            method="POST",
-            target=self.prefix + path,
-            headers=[
-                ("host", self.authority),
-                ("content-type", "application/json"),
-                ("content-length", str(len(body))),
-                *headers,
-            ],
+        """POST ``body``; return (status, headers, body).  Raises ``OSError`` (timeouts
+        included) or ``http.client.HTTPException`` when the connection breaks."""
+        if self._conn is None:
+            kind = http.client.HTTPSConnection if self.tls else http.client.HTTPConnection
+            self._conn = kind(self.host, self.port, timeout=REQUEST_TIMEOUT)
+        conn = self._conn
+        fields = {"content-type": "application/json", **dict(headers)}
+        return await anyio.to_thread.run_sync(
+            _post, conn, self.prefix + path, body, fields, abandon_on_cancel=True
         )
-        await sock.send(conn.send(request) + conn.send(h11.Data(data=body)))
-        await sock.send(conn.send(h11.EndOfMessage()))
-        status, size = 0, 0
-        answer_headers: dict[str, str] = {}
-        chunks: list[bytes] = []
-        while True:
-            event = conn.next_event()
-            if event is h11.NEED_DATA:
-                data = await sock.receive(65536)
-                conn.receive_data(data)
-                continue
-            if isinstance(event, h11.Response):
-                status = event.status_code
-                answer_headers = {k.decode().lower(): v.decode() for k, v in event.headers}
-            elif isinstance(event, h11.Data):
-                size += len(event.data)
-                if size > MAX_RESPONSE_BYTES:
-                    raise h11.RemoteProtocolError("answer too large")
-                chunks.append(bytes(event.data))
-            elif isinstance(event, h11.EndOfMessage):
-                break
-            elif isinstance(event, h11.ConnectionClosed):
-                raise anyio.EndOfStream
-        if conn.our_state is h11.DONE and conn.their_state is h11.DONE:
-            conn.start_next_cycle()
-        else:
-            await self.aclose()
-        return status, answer_headers, b"".join(chunks)
 
     async def aclose(self) -> None:
-        stream, self._stream, self._h11 = self._stream, None, None
-        if stream is not None:
-            await anyio.aclose_forcefully(stream)
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
 
 
-_BROKEN = (
-    OSError,
-    h11.ProtocolError,
-    anyio.EndOfStream,
-    anyio.BrokenResourceError,
-    anyio.ClosedResourceError,
-    TimeoutError,
-)
+def _post(
+    conn: http.client.HTTPConnection, target: str, body: bytes, headers: dict[str, str]
+) -> tuple[int, dict[str, str], bytes]:
+    """One request on ``conn`` (blocking): (status, headers, body)."""
+    conn.request("POST", target, body=body, headers=headers)
+    response = conn.getresponse()
+    data = response.read(MAX_RESPONSE_BYTES + 1)
+    if len(data) > MAX_RESPONSE_BYTES:
+        raise http.client.HTTPException("answer too large")
+    if not response.isclosed():  # not read to its end: the connection cannot go on
+        conn.close()
+    return response.status, {k.lower(): v for k, v in response.getheaders()}, data
+
+
+_BROKEN = (OSError, http.client.HTTPException)
 
 
 def tenant_of(token: str) -> str:
