@@ -1,17 +1,21 @@
-"""Build hook: the compiled hot path (issue 17).
+"""Build hook: the compiled kernel, built only when asked for.
 
-Compiles the modules listed under ``[tool.hatch.build.targets.wheel.hooks.custom]
-modules`` with mypyc and ships them, with a manifest, in a ``gateway_native/``
-directory beside the package (in the wheel, and in the editable install that
-``uv sync`` makes).  ``gateway/native.py`` loads them in place of the same-named
-pure-Python modules only while every source of the package is byte-identical to what
-was compiled (the compiled code also relies on the types and constants of the modules
-it imports), and never with ``GATEWAY_PURE_PYTHON=1``; the pure-Python modules are the
-fallback and stay the source of truth.
+With ``GATEWAY_BUILD_NATIVE=1`` it compiles the modules listed under
+``[tool.hatch.build.targets.wheel.hooks.custom] modules`` (the fan-out kernel:
+CONTRIBUTING.md, "Building and the compiled kernel") with mypyc and ships them, with a
+manifest, in a ``gateway_native/`` directory beside the package: in the wheel (then
+tagged for this interpreter and platform; CI repairs it to a manylinux tag with
+auditwheel), or in the editable install that ``GATEWAY_BUILD_NATIVE=1 uv sync`` makes.
+``gateway/native.py`` loads them in place of the same-named pure-Python modules only
+while every source of the package is byte-identical to what was compiled (the compiled
+code also relies on the types and constants of the modules it imports), and never with
+``GATEWAY_PURE_PYTHON=1``; the pure-Python modules are the fallback and stay the source
+of truth.
 
-``GATEWAY_BUILD_NATIVE=0`` builds without compiling (and without the build
-dependencies).  A failed compile is reported and the package is built without the
-compiled modules: installing never fails for want of a compiler.
+Without it (the default: ``uv sync``, ``pip install``, ``uv build``) the package is
+pure Python, built without a compiler and without the build dependencies.  A failed
+compile is reported and the package is built without the compiled modules: installing
+never fails for want of a compiler.
 """
 
 from __future__ import annotations
@@ -97,7 +101,7 @@ NATIVE_DIR = "gateway_native"
 
 
 def _enabled() -> bool:
-    return os.environ.get("GATEWAY_BUILD_NATIVE", "1") != "0"
+    return os.environ.get("GATEWAY_BUILD_NATIVE") == "1"
 
 
 def _sha256(path: Path) -> str:
@@ -122,7 +126,7 @@ class CustomBuildHook(BuildHookInterface):  # type: ignore[type-arg]
         try:
             files = self._compile(root, modules, out, str(root) if editable else None)
         except Exception as exc:  # any failure: build the pure package
-            sys.stderr.write(f"gateway: compiling the hot path failed, pure Python only: {exc}\n")
+            sys.stderr.write(f"gateway: compiling the kernel failed, pure Python only: {exc}\n")
             return
         include = build_data.setdefault(
             "force_include_editable" if editable else "force_include", {}

@@ -1,12 +1,12 @@
-"""The compiled hot path: mypyc builds of a few of the gateway's own modules.
+"""The compiled kernel: mypyc builds of the fan-out engine's own modules.
 
-The build (``hatch_build.py``) compiles the modules of the hot paths (the fan-out, the
-Redis live path and append step, the HTTP server and publish route, the WebSocket
-session: the list is in ``pyproject.toml``) with mypyc and installs them, with a
-manifest of the sources they were compiled from, in a ``gateway_native`` directory
-beside the package.  :func:`install`, run when the package is first imported, puts a
-finder in front of the import system that loads those modules from the compiled files
-instead of their ``.py`` sources, if:
+A build with ``GATEWAY_BUILD_NATIVE=1`` (``hatch_build.py``; CI's wheel and the
+container image are built so) compiles the kernel (the hub, the subscription and the
+outbox: the list is in ``pyproject.toml``, the reasons in CONTRIBUTING.md, "Building and
+the compiled kernel") with mypyc and installs it, with a manifest of the sources it was
+compiled from, in a ``gateway_native`` directory beside the package.  :func:`install`,
+run when the package is first imported, puts a finder in front of the import system
+that loads those modules from the compiled files instead of their ``.py`` sources, if:
 
 - ``GATEWAY_PURE_PYTHON`` is not ``1`` (an import-time switch, so it is read here and
   not in :mod:`gateway.config`, which is built after these modules are imported),
@@ -38,6 +38,9 @@ from typing import Any
 
 #: Set to ``1`` to run the pure-Python modules even where compiled ones are installed.
 PURE_PYTHON_ENV = "GATEWAY_PURE_PYTHON"
+
+#: How a developer rebuilds an editable install's kernel after an edit.
+REBUILD = "GATEWAY_BUILD_NATIVE=1 uv sync --reinstall-package agent-gateway rebuilds it"
 
 #: The gateway package's own directory (where the sources of the compiled modules are).
 _PACKAGE = Path(__file__).resolve().parent
@@ -77,25 +80,25 @@ def plan(manifest: dict[str, Any], directory: Path, package: Path) -> dict[str, 
 
     ``package`` is the ``gateway`` package directory in use.  The build must be this
     package's (beside it in the same install, or made from this checkout for an editable
-    install), every ``.py`` file of the package must be as it was compiled (the compiled
-    code also relies on the types and constants of what it imports), and every compiled
-    file as it was written."""
+    install; a wheel's build serves the package beside it, or a checkout of the very
+    sources it was built from that comes first on ``sys.path``, as when the tests run
+    from the checkout against the installed wheel), every ``.py`` file of the package must
+    be as it was compiled (the compiled code also relies on the types and constants of
+    what it imports), and every compiled file as it was written."""
     suffix = manifest.get("suffix")
     if suffix not in importlib.machinery.EXTENSION_SUFFIXES:
         return f"built for another interpreter ({suffix})"
     home = manifest.get("home")
-    if home is None and directory.parent != package.parent:
-        return f"{directory} is not beside this package ({package})"
     if home is not None and Path(home) != package.parent:
         return f"built from another checkout ({home})"
     sources: dict[str, str] = manifest["sources"]
     present = {path.relative_to(package.parent).as_posix(): path for path in package.rglob("*.py")}
     if set(present) != set(sources):
         changed = sorted(set(present) ^ set(sources))
-        return f"{changed[0]} added or removed since the build (uv sync rebuilds it)"
+        return f"{changed[0]} added or removed since the build ({REBUILD})"
     for name, path in sorted(present.items()):
         if _sha256(path) != sources[name]:
-            return f"{name} changed since the build (uv sync rebuilds it)"
+            return f"{name} changed since the build ({REBUILD})"
     modules: dict[str, dict[str, str]] = manifest["modules"]
     if not modules:
         return "no compiled modules"
@@ -114,8 +117,8 @@ def plan(manifest: dict[str, Any], directory: Path, package: Path) -> dict[str, 
 
 def native_dir(package: Path = _PACKAGE) -> Path | None:
     """Where this package's compiled build is installed, if anywhere: beside the
-    package, or (an editable install) in the first ``gateway_native`` with a manifest on
-    ``sys.path``."""
+    package, or else the first ``gateway_native`` with a manifest on ``sys.path`` (an
+    editable install's, or a wheel's when the package is imported from a checkout)."""
     beside = package.parent / "gateway_native"
     if (beside / "manifest.json").is_file():
         return beside
