@@ -164,9 +164,11 @@ def test_builder_installs_the_locked_dependencies_with_uv() -> None:
     for run in syncs:
         assert re.search(r"--(frozen|locked)\b", run), f"not from the lock as it is: {run}"
         assert "--no-dev" in run, f"installs dev dependencies: {run}"
-    # The last sync installs the gateway itself, as a wheel (the source is not in the image).
-    assert "--no-install-project" not in syncs[-1]
-    assert "--no-editable" in syncs[-1]
+    # The gateway itself is not synced from its source (the source is not in the image):
+    # the builder builds its wheel with the compiled kernel, the runtime installs it.
+    assert all("--no-install-project" in run for run in syncs)
+    builds = [r for r in runs if re.search(r"\buv build\b.*--wheel", r)]
+    assert builds and all("GATEWAY_BUILD_NATIVE=1" in r for r in builds), runs
     # uv itself at an exact version.
     uv_pins = [r for r in runs if re.search(r"\buv==\d+\.\d+\.\d+\b", r)] + [
         c
@@ -186,6 +188,21 @@ def test_builder_installs_the_locked_dependencies_with_uv() -> None:
         for src in c.value[:-1]
     ]
     assert {"pyproject.toml", "uv.lock"} <= set(copied)
+
+
+def test_runtime_installs_the_builders_wheel_without_dependencies() -> None:
+    runtime = stages()[-1]
+    installs = [
+        c
+        for c in runtime.all("RUN")
+        if re.search(r"\binstall\b.*--no-deps\b.*\.whl\b", " ".join(c.value))
+    ]
+    assert len(installs) == 1, "the runtime stage does not install the wheel"
+    assert any(f.startswith("--mount=") and "from=builder" in f for f in installs[0].flags)
+    # Into the venv the builder made from the lock (copied in before).
+    copies = [c for c in runtime.all("COPY") if "--from=builder" in c.flags]
+    assert copies and runtime.commands.index(copies[0]) < runtime.commands.index(installs[0])
+    assert "/opt/venv/bin/python" in " ".join(installs[0].value)
 
 
 def test_runtime_runs_as_a_numeric_non_root_user() -> None:
