@@ -268,12 +268,7 @@ class Metrics:
 
 
 class LoopCollector(Collector):
-    """Exposes loop metrics (and the sent tallies) at scrape time.
-
-    Here, not in the compiled :mod:`gateway.loopmetrics`: a compiled subclass of
-    prometheus_client's (interpreted) ``Collector`` fails the registry's attribute
-    lookups (``SystemError``), and a scrape is not a hot path.
-    """
+    """Exposes loop metrics (and the sent tallies) at scrape time."""
 
     def __init__(self, metrics: Sequence[LoopMetric], sent: dict[str, Sent]) -> None:
         self._metrics = metrics

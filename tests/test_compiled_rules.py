@@ -6,15 +6,15 @@ an ``except`` block, a ``finally`` block that an exception passes through, and a
 ``__aexit__`` called with an exception, and restores it at their end, in the innermost
 exception state it finds: an interpreted coroutine's that wraps the compiled one (as
 anyio's task groups do), else the thread's own.  A compiled coroutine that suspends
-inside one leaves it set for the rest of its task, or (a task's outermost coroutine,
-as the HTTP server's connection tasks are) while every other task runs, and two that
-interleave can leave it set for good: every exception raised afterwards takes it as its
-``__context__``, so tracebacks name unrelated failures and each exception keeps the
-previous ones (and their frames) alive.  Interpreted coroutines
-keep their own exception state, so this is a rule for the compiled modules only, and
-it is checked here on their sources: no wait (``await``, ``async for``, ``async with``,
-``yield``) inside an ``except`` or ``finally`` block, and no wait inside the body of an
-``async with`` (an exception from it would reach an ``__aexit__`` that may suspend).
+inside one leaves it set for the rest of its task, or (a task's outermost coroutine)
+while every other task runs, and two that interleave can leave it set for good: every
+exception raised afterwards takes it as its ``__context__``, so tracebacks name
+unrelated failures and each exception keeps the previous ones (and their frames) alive.
+Interpreted coroutines keep their own exception state, so this is a rule for the
+compiled kernel only (the modules pyproject.toml lists), and it is checked here on their
+sources: no wait (``await``, ``async for``, ``async with``, ``yield``) inside an
+``except`` or ``finally`` block, and no wait inside the body of an ``async with`` (an
+exception from it would reach an ``__aexit__`` that may suspend).
 """
 
 from __future__ import annotations

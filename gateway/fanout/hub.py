@@ -441,8 +441,9 @@ class Hub:
                 self.metrics.redis_errors.inc()
                 log.exception("feed read failed unexpectedly", retry_in=backoff)
             if not read:
-                # The back-off is awaited here, not in the handlers: README, "The
-                # compiled hot path".
+                # The back-off is awaited here, not in the handlers: compiled, a
+                # coroutine must not wait while an exception is handled (CONTRIBUTING.md,
+                # "Code in the compiled modules").
                 await anyio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
                 continue

@@ -292,35 +292,25 @@ class Socket:
         here once the others have ended.
         """
         tasks = self._tasks = OwnedTasks(on_failure=lambda _: self._finish())
-        # What follows is a ``finally`` whose waits are outside the exception handler
-        # (README, "The compiled hot path"): the exception that ended the wait, if any,
-        # is raised again once the socket has been cleaned up.
-        ended: BaseException | None = None
         try:
             if trailing:
                 self.on_data(trailing)
             await self._closed.wait()
-        except BaseException as exc:
-            ended = exc
-        # Also when the connection was lost (a reset cancels us): live subscriptions
-        # keep no task, so nothing else would release them.  Stopped first: no entry
-        # starts a task from here on.
-        self.session.stop()
-        self._pump()
-        try:
-            if not await tasks.wait(TASKS_END_WITHIN):
-                tasks.cancel()
-                await tasks.wait(TASKS_END_WITHIN)
         finally:
-            # Also when cancelled during the wait: the tasks' on_failure holds this
-            # socket (a cycle only the GC would free).
-            self._tasks = None
-        self.outbox.release()
-        if ended is not None:
+            # Also when the connection was lost (a reset cancels us): live subscriptions
+            # keep no task, so nothing else would release them.  Stopped first: no entry
+            # starts a task from here on.
+            self.session.stop()
+            self._pump()
             try:
-                raise ended
+                if not await tasks.wait(TASKS_END_WITHIN):
+                    tasks.cancel()
+                    await tasks.wait(TASKS_END_WITHIN)
             finally:
-                ended = None  # no cycle through this frame's traceback
+                # Also when cancelled during the wait: the tasks' on_failure holds this
+                # socket (a cycle only the GC would free).
+                self._tasks = None
+            self.outbox.release()
         if tasks.failure is not None:
             raise tasks.failure
 

@@ -796,9 +796,7 @@ class HttpServer:
         self._server = await loop.create_server(
             self._accept, host, port, reuse_address=True, backlog=2048
         )
-        # uvloop's ``sockets`` is a list where typeshed says tuple, and compiled code
-        # checks annotations: read it untyped.
-        sockets: Any = cast(Any, self._server).sockets
+        sockets = self._server.sockets
         watch = loop.get_exception_handler()
         if not isinstance(watch, _AcceptWatch):
             watch = _AcceptWatch(watch)

@@ -83,17 +83,11 @@ class OwnedTasks:
         deadline = loop.time() + within
         current = asyncio.current_task()
         if current is not None and not current.cancelling():
-            cancelled: asyncio.CancelledError | None = None
             try:
                 await asyncio.wait(tasks, timeout=within)
-            except asyncio.CancelledError as exc:
-                cancelled = exc  # waited for below, not here: README, "The compiled hot path"
-            if cancelled is not None:
+            except asyncio.CancelledError:
                 await _shielded_wait(tasks, deadline - loop.time())
-                try:
-                    raise cancelled
-                finally:
-                    cancelled = None  # no cycle through this frame's traceback
+                raise
         else:
             await _shielded_wait(tasks, within)
         return all(task.done() for task in tasks)

@@ -1,8 +1,6 @@
 """What this node last saw of each feed: the positions a rollback is noticed against.
 
-Compiled (README, "The compiled hot path"): every append reads and advances it.  Here,
-not in :mod:`gateway.store.base`, which stays interpreted (its abstract bases are
-combined by the stores).
+Every append reads and advances it.
 """
 
 from __future__ import annotations
@@ -84,8 +82,7 @@ class KnownPositions:
         if items:
             prior_epoch, prior_offset = items[0].epoch, items[0].offset
         for item in items:
-            # Each attribute read once: an item is a msgspec Struct, read through
-            # getattr even from compiled code.
+            # Each attribute read once.
             at_epoch, at_offset, at_chain = item.epoch, item.offset, item.chain
             if seen and at_epoch == epoch:
                 if at_offset == offset:

@@ -292,16 +292,14 @@ class RedisFeeds(FeedStore):
         (Unavailable: it may have happened) keeps what it took."""
         await self.take(charge)
         reply = await self._run(feed, "append", retention, items, align, expect)
-        refused: GatewayError | None = None
         try:
             result = self._appended(feed, reply)
-        except (IdempotencyKeyReused, HeadMoved) as exc:
-            refused = exc  # given back outside the handler (README, "The compiled hot path")
-        if refused is not None or (reply[1] == reply[7] and reply[2] == reply[8]):
-            # Refused, or epoch and head as they were: nothing appended.
+        except (IdempotencyKeyReused, HeadMoved):
+            await self._give_back(charge)  # refused: nothing appended
+            raise
+        if reply[1] == reply[7] and reply[2] == reply[8]:
+            # Epoch and head as they were: nothing appended.
             await self._give_back(charge)
-        if refused is not None:
-            raise refused
         return result
 
     async def take(self, charge: Charge, publish: tuple[str | bytes, bytes] | None = None) -> None:
@@ -385,15 +383,13 @@ class RedisFeeds(FeedStore):
         waited: Any = None
         todo = list(range(len(calls)))
         for attempt in range(2):
-            # Not ``async with``: README, "The compiled hot path".  A pipeline without
-            # MULTI or WATCH takes a connection only inside ``execute``, which resets it.
-            pipe = self._redis.pipeline(transaction=False)
-            for i in todo:
-                keys, args = calls[i]
-                pipe.evalsha(self._script.sha, len(keys), *keys, *args)
-            if wait is not None:
-                pipe.wait(*wait)
-            answers = await pipe.execute(raise_on_error=False)
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for i in todo:
+                    keys, args = calls[i]
+                    pipe.evalsha(self._script.sha, len(keys), *keys, *args)
+                if wait is not None:
+                    pipe.wait(*wait)
+                answers = await pipe.execute(raise_on_error=False)
             if wait is not None:
                 waited = answers.pop()
             for i, answer in zip(todo, answers, strict=True):
@@ -422,14 +418,12 @@ class RedisFeeds(FeedStore):
 
         async def one(index: int) -> None:
             keys, args = calls[index]
-            await limiter.acquire()  # not ``async with``: README, "The compiled hot path"
-            try:
-                with map_exceptions("append step"):
-                    replies[index] = await self._script(keys=keys, args=args)
-            except Unavailable as exc:  # in its place, as a pipeline's errors are
-                replies[index] = exc
-            finally:
-                limiter.release()
+            async with limiter:
+                try:
+                    with map_exceptions("append step"):
+                        replies[index] = await self._script(keys=keys, args=args)
+                except Unavailable as exc:  # in its place, as a pipeline's errors are
+                    replies[index] = exc
 
         async with anyio.create_task_group() as tg:
             for index in range(len(calls)):

@@ -268,8 +268,7 @@ class Lane:
         pipe = self._pipe
         if pipe is not None and pipe.lost is None:
             return pipe
-        await self._connecting.acquire()  # not ``async with``: README, "The compiled hot path"
-        try:
+        async with self._connecting:
             pipe = self._pipe
             if pipe is not None and pipe.lost is None:
                 return pipe
@@ -279,8 +278,6 @@ class Lane:
             pipe = await self._connect()
             self._pipe = pipe
             return pipe
-        finally:
-            self._connecting.release()
 
     async def _connect(self) -> _Pipe:
         conn = self._conn

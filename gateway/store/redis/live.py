@@ -271,18 +271,16 @@ class RedisLive(LiveFeed):
     async def _xread(self, streams: dict[bytes, bytes], count: int) -> list[Any]:
         """New entries of each stream after its position: one XREAD (streams of one
         server), or on a cluster one per stream in one pipeline (split by shard).  Each
-        is ``[key, entries]`` (a list, not a tuple: compiled code checks the type)."""
+        is ``[key, entries]``."""
         if not self.conn.cluster:
             reply = await self._redis.xread(streams, count=count)
             return list(reply or ())
-        # Not ``async with``: README, "The compiled hot path".  A pipeline without
-        # MULTI or WATCH takes a connection only inside ``execute``, which resets it.
-        pipe = self._redis.pipeline(transaction=False)
-        for key, position in streams.items():
-            pipe.execute_command(
-                "XREAD", "COUNT", count, "STREAMS", key, position, **self.conn.routed(key)
-            )
-        replies = await pipe.execute()
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for key, position in streams.items():
+                pipe.execute_command(
+                    "XREAD", "COUNT", count, "STREAMS", key, position, **self.conn.routed(key)
+                )
+            replies = await pipe.execute()
         return [entry for reply in replies for entry in reply or ()]
 
     # -- listening -------------------------------------------------------------------------
