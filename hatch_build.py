@@ -1,7 +1,7 @@
 """Build hook: the compiled kernel, built only when asked for.
 
 With ``GATEWAY_BUILD_NATIVE=1`` it compiles the modules listed under
-``[tool.hatch.build.targets.wheel.hooks.custom] modules`` (the fan-out kernel:
+``[tool.hatch.build.targets.wheel.hooks.custom] modules`` (the kernel:
 CONTRIBUTING.md, "Building and the compiled kernel") with mypyc and ships them, with a
 manifest, in a ``gateway_native/`` directory beside the package: in the wheel (then
 tagged for this interpreter and platform; CI repairs it to a manylinux tag with

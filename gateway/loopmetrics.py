@@ -6,7 +6,8 @@ updates eight of them and a single-event publish three, so together they were a 
 percent of each.  These classes add to ints and floats instead, and
 :class:`gateway.metrics.LoopCollector` reads them when ``/metrics`` is scraped.  The
 exposition is the same families, names, labels and samples, without the ``_created``
-series.
+series.  This module is compiled with the kernel (CONTRIBUTING.md, "Building and the
+compiled kernel"); the collector is not.
 
 Contract: only one thread (the node's event-loop thread) updates a metric; a scrape
 from another thread reads numbers that may be a moment old, never torn ones (each is

@@ -1,12 +1,13 @@
-"""The compiled kernel: mypyc builds of the fan-out engine's own modules.
+"""The compiled kernel: mypyc builds of a few of the gateway's own modules.
 
 A build with ``GATEWAY_BUILD_NATIVE=1`` (``hatch_build.py``; CI's wheel and the
-container image are built so) compiles the kernel (the hub, the subscription and the
-outbox: the list is in ``pyproject.toml``, the reasons in CONTRIBUTING.md, "Building and
-the compiled kernel") with mypyc and installs it, with a manifest of the sources it was
-compiled from, in a ``gateway_native`` directory beside the package.  :func:`install`,
-run when the package is first imported, puts a finder in front of the import system
-that loads those modules from the compiled files instead of their ``.py`` sources, if:
+container image are built so) compiles the kernel (the fan-out engine, what it calls
+per event, and the HTTP/1.1 request parser: the list is in ``pyproject.toml``, the
+reasons in CONTRIBUTING.md, "Building and the compiled kernel") with mypyc and
+installs it, with a manifest of the sources it was compiled from, in a
+``gateway_native`` directory beside the package.  :func:`install`, run when the package
+is first imported, puts a finder in front of the import system that loads those modules
+from the compiled files instead of their ``.py`` sources, if:
 
 - ``GATEWAY_PURE_PYTHON`` is not ``1`` (an import-time switch, so it is read here and
   not in :mod:`gateway.config`, which is built after these modules are imported),
