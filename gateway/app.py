@@ -429,7 +429,7 @@ async def serve(
                 internal_url=node.internal_url,
                 log=node.backend.name,
                 keepalive_seconds=settings.keepalive_seconds,
-                compiled_hot_path=native.status(),
+                compiled_kernel=native.status(),
             )
             async with anyio.create_task_group() as companions:
                 if beside is not None:

@@ -1,4 +1,4 @@
-"""The README's first command, on a fresh machine, prints the console's URL within 90 s.
+"""The README's first command, on a fresh machine, prints the console's URL within a minute.
 
 "Fresh": a copy of the repository as a clone of it would hold it (the tracked files and
 the new ones git does not ignore, so that the test checks this tree, not the last
@@ -35,7 +35,7 @@ import pytest
 from tests.support.redis_server import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
-WITHIN = 90.0
+WITHIN = 60.0
 URL_LINE = re.compile(r"^http://127\.0\.0\.1:(\d+)/console/#token=([\w.-]+)$")
 
 pytestmark = pytest.mark.slow
@@ -89,7 +89,7 @@ def lock_closure(lock: dict[str, Any], roots: list[dict[str, Any]]) -> set[str]:
     return {normalise(n) for n in seen}
 
 
-def test_the_first_command_prints_the_console_url_within_90_seconds(tmp_path: Path) -> None:
+def test_the_first_command_prints_the_console_url_within_a_minute(tmp_path: Path) -> None:
     command = first_command((ROOT / "README.md").read_text())
     assert "--no-dev" in command and command.endswith("gateway dev"), command
     clone = tmp_path / "clone"

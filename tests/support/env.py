@@ -10,7 +10,7 @@ from gateway.native import PURE_PYTHON_ENV
 def without_settings() -> dict[str, str]:
     """This process's environment without any ``GATEWAY_*`` setting, so a child reads
     only the settings a test gives it; it keeps ``GATEWAY_PURE_PYTHON`` (an import-time
-    switch, not a setting), so the child runs the same build of the hot path as the
+    switch, not a setting), so the child runs the same build of the kernel as the
     test (gateway/native.py)."""
     return {
         k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_") or k == PURE_PYTHON_ENV
