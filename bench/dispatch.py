@@ -2,7 +2,7 @@
 
     uv run python bench/dispatch.py
 
-Builds a hub with live subscriptions whose transports only count writes, and offers
+Builds a hub with live subscriptions whose writers only count writes, and offers
 it one-item batches of a real TeamItem payload round the feeds, the way the reader does
 when each read brings one event per feed.  What it prints is the Python part of a
 delivery (encoding once per batch, the offer loop, the outbox's bounds, metrics): the
@@ -32,28 +32,21 @@ from gateway.wire.formats import TEAM_WS
 from gateway.wire.teamitem import team_payload
 
 
-class CountingTransport:
-    """Takes every write at once (an empty kernel buffer), counting them."""
+class CountingWriter:
+    """Takes every write at once (an empty kernel buffer), counting them: the
+    :class:`gateway.fanout.outbox.Writer` port."""
 
     def __init__(self) -> None:
         self.writes = 0
 
-    def get_write_buffer_size(self) -> int:
-        return 0
+    def write(self, data: bytes) -> None:
+        self.writes += 1
 
     def is_closing(self) -> bool:
         return False
 
-    def write(self, data: bytes) -> None:
-        self.writes += 1
-
-
-class FakeStream:
-    def __init__(self) -> None:
-        self.transport = CountingTransport()
-
-    def raw_writer(self) -> object:
-        return self.transport.write
+    def buffered(self) -> int:
+        return 0
 
 
 def run(feeds: int, subscribers: int, events: int) -> float:
@@ -68,7 +61,7 @@ def run(feeds: int, subscribers: int, events: int) -> float:
         channel = Channel(key, Cursor(1, 0))
         for _ in range(subscribers):
             sub = Subscription(key, TEAM_WS, Cursor(1, 0))
-            sub.outbox = Outbox(FakeStream(), 1 << 20, hub.budget)  # type: ignore[arg-type]
+            sub.outbox = Outbox(CountingWriter(), 1 << 20, hub.budget)
             sub.state = SubState.LIVE
             channel.subs.add(sub)
         hub.channels[key] = channel
