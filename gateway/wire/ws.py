@@ -73,6 +73,8 @@ def decode_client(text: str | bytes) -> ClientMessage:
     unknown = sorted(value.keys() - allowed)
     if unknown:
         raise MessageError(f"{unknown[0]}: unknown field for {kind}", feed)
+    # Not ``required - value.keys()``: that is a set at run time where typeshed says
+    # frozenset, and compiled code checks.
     missing = sorted(name for name in required if name not in value)
     if missing:
         raise MessageError(f"{missing[0]}: required for {kind}", feed)
