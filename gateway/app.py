@@ -26,7 +26,7 @@ from gateway.http.cors import Cors
 from gateway.http.router import Router
 from gateway.http.routes import INTERNAL_ROUTES, client_routes
 from gateway.http.services import Services
-from gateway.inbox import INBOXES, Inbox
+from gateway.inbox_consumer import INBOXES, Inbox
 from gateway.limits import (
     LIMIT_CONNECTIONS,
     LIMIT_TENANT_CONNECTIONS,

@@ -32,7 +32,7 @@ from gateway.agui.fold import RunFold
 from gateway.app import Gateway
 from gateway.cursor import parse_cursor
 from gateway.dialects import a2ui
-from gateway.dialects.ai_sdk import AiSdkTranslator, compact, message_id
+from gateway.dialects.ai_sdk.translator import AiSdkTranslator, compact, message_id
 from gateway.fanout.subscription import SubState
 from gateway.feed import FeedKey, run_events_feed, run_feed, team_feed
 from tests.dialects.a2ui_runs import components, create, text
@@ -226,7 +226,7 @@ def assert_sse_ends(node: Gateway, finished: int) -> None:
 
 
 async def follow_ai_sdk(js: Duplex, name: str, url: str) -> None:
-    opened = await js.call("aisdk", name=name, url=url, token=token())
+    opened = await js.call("ai_sdk", name=name, url=url, token=token())
     assert opened == {
         "status": 200,
         "header": "v1",

@@ -23,7 +23,7 @@ from gateway.feed import FeedKey
 from gateway.http.services import Services
 from gateway.net import logcontext
 from gateway.net.server import Request, Responder, Stream, connection_id
-from gateway.wire import sse
+from gateway.wire import event_stream
 from gateway.wire.format import Format
 
 log = structlog.get_logger("gateway.sse")
@@ -121,7 +121,7 @@ async def _stream(
                 expires_at=principal.expires_at,
                 # Through the outbox, so a keepalive never passes the bound; when it is
                 # refused the client has unread data anyway.
-                idle=lambda: outbox.try_write(sse.KEEPALIVE),
+                idle=lambda: outbox.try_write(event_stream.KEEPALIVE),
                 lead=head,
             )
             if reason is EndReason.ERROR and driver.error is not None and sub.fmt.error:

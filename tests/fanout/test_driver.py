@@ -17,8 +17,8 @@ import pytest
 from gateway.agui.events import encode
 from gateway.agui.fold import RunFold
 from gateway.cursor import Cursor
-from gateway.dialects.ai_sdk import AiSdkTranslator, compact
-from gateway.dialects.ai_sdk_wire import DONE, event_frames, unnumbered_frames
+from gateway.dialects.ai_sdk.framing import DONE, event_frames, unnumbered_frames
+from gateway.dialects.ai_sdk.translator import AiSdkTranslator, compact
 from gateway.errors import InvalidCursor, NotFound, Unavailable
 from gateway.fanout.driver import Driver, EndReason, needs_prelude
 from gateway.fanout.foldcache import BLOCK, FoldCache
@@ -30,7 +30,7 @@ from gateway.feed import FeedKey, NewItem, StoredItem, run_feed, team_feed
 from gateway.metrics import Metrics
 from gateway.net.server import TransportWriter
 from gateway.store.memory import MemoryStore
-from gateway.wire.aisdk import AI_SDK_SSE
+from gateway.wire.ai_sdk_formats import AI_SDK_SSE
 from gateway.wire.format import Format
 from gateway.wire.formats import RUN_SSE, RUN_WS, TEAM_SSE, TEAM_WS
 from tests.agui.runs import NESTED, RUN, THREAD

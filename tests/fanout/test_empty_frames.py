@@ -29,7 +29,7 @@ from gateway.feed import FeedKey, StoredItem, run_feed
 from gateway.metrics import Metrics
 from gateway.net.server import TransportWriter
 from gateway.store.memory import MemoryStore
-from gateway.wire.aisdk import AI_SDK_SSE, AI_SDK_WS
+from gateway.wire.ai_sdk_formats import AI_SDK_SSE, AI_SDK_WS
 from gateway.wire.format import Encoder, Format
 from gateway.wire.formats import RUN_A2UI_WS, RUN_SSE, RUN_WS
 from tests.agui.runs import CHUNKS, NESTED, RUN, THREAD

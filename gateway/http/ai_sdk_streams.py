@@ -20,13 +20,13 @@ from __future__ import annotations
 
 from gateway import access
 from gateway.cursor import Cursor
-from gateway.dialects.ai_sdk_wire import parse_chunk_id
+from gateway.dialects.ai_sdk.framing import parse_chunk_id
 from gateway.errors import InvalidRequest, NotFound
 from gateway.feed import is_run_part
 from gateway.http import sse
 from gateway.http.services import Services
 from gateway.net.server import Request, Responder
-from gateway.wire.aisdk import AI_SDK_SSE
+from gateway.wire.ai_sdk_formats import AI_SDK_SSE
 
 #: The chat id rule of the seed's ChatKey (the same as a thread id's, contract D1).
 CHAT_ID_RULE = "chat_id: must match ^[A-Za-z0-9_.-]{1,128}$"

@@ -31,7 +31,7 @@ from typing import NamedTuple
 import msgspec
 
 from gateway.cursor import MAX_INT, Cursor, parse_cursor
-from gateway.dialects.ai_sdk_parts import Chunk
+from gateway.dialects.ai_sdk.parts import Chunk
 from gateway.errors import InvalidCursor
 
 RESTART_TYPE = "data-gateway-epoch-restarted"
