@@ -126,8 +126,8 @@ def delivered(node: Gateway, feed: FeedKey, cursor: str) -> Callable[[], bool]:
     at = parse_cursor(cursor)
 
     def check() -> bool:
-        channel = node.hub.channels.get(feed)
-        return channel is None or channel.position >= at
+        audience = node.hub.audiences.get(feed)
+        return audience is None or audience.position >= at
 
     return check
 
@@ -136,8 +136,8 @@ async def live(node: Gateway, feed: FeedKey, subscribers: int = 1) -> None:
     """Wait until ``subscribers`` subscriptions of ``feed`` follow it live."""
 
     def check() -> bool:
-        channel = node.hub.channels.get(feed)
-        subs = channel.subs if channel is not None else set()
+        audience = node.hub.audiences.get(feed)
+        subs = audience.subs if audience is not None else set()
         return sum(s.state is SubState.LIVE for s in subs) >= subscribers
 
     await until(check, WAIT, "the subscription going live")

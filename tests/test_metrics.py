@@ -76,9 +76,9 @@ async def test_a_live_delivery_is_measured_once_per_batch(
         assert (await recv(ws))[1]["type"] == "subscribed"
         await until(
             lambda: (
-                feed in node.hub.channels
-                and len(node.hub.channels[feed].subs) == 2
-                and all(s.state is SubState.LIVE for s in node.hub.channels[feed].subs)
+                feed in node.hub.audiences
+                and len(node.hub.audiences[feed].subs) == 2
+                and all(s.state is SubState.LIVE for s in node.hub.audiences[feed].subs)
             ),
             5,
             "both subscriptions live",

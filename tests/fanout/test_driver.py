@@ -161,7 +161,7 @@ async def test_a_missing_feed_and_a_bad_cursor_are_refused_before_anything_is_se
         await node.driver().open(feed, Cursor(items[0].epoch, 3), TEAM_SSE)
     with pytest.raises(InvalidCursor):
         await node.driver().open(feed, Cursor(items[0].epoch + 1, 0), TEAM_SSE)
-    assert feed not in node.hub.channels  # nothing left registered
+    assert feed not in node.hub.audiences  # nothing left registered
 
 
 async def test_history_then_live_each_item_once_in_order(node: Node) -> None:
@@ -177,7 +177,7 @@ async def test_history_then_live_each_item_once_in_order(node: Node) -> None:
     await until(lambda: len(stream.transport.written) >= len(expected), 5, "the live items")
     assert bytes(stream.transport.written) == expected
     driver.close()
-    assert feed not in node.hub.channels
+    assert feed not in node.hub.audiences
 
 
 async def test_an_older_epoch_gets_the_restart_frame_and_ends(node: Node) -> None:
@@ -490,8 +490,8 @@ async def test_a_stateful_format_from_the_start_and_live_shares_one_encoder(node
     b, sink_b, stream_b = await open_live(node, feed, None, AI_SDK_SSE)
     assert await a.advance(sink_a) is None and await b.advance(sink_b) is None
     assert bytes(sink_a.written) == bytes(sink_b.written) == ai_sdk_stream(NESTED[:half], items)
-    channel = node.hub.channels[feed]
-    assert list(channel.encoders) == ["ai-sdk-sse"]  # one encoder for both
+    audience = node.hub.audiences[feed]
+    assert list(audience.encoders) == ["ai-sdk-sse"]  # one encoder for both
     rest = await node.store.append(
         feed, [NewItem(None, encode(e)) for e in NESTED[half:]], retention=10_000, align=BLOCK
     )
@@ -502,9 +502,9 @@ async def test_a_stateful_format_from_the_start_and_live_shares_one_encoder(node
     assert bytes(stream_a.transport.written) == bytes(stream_b.transport.written) == live
     assert live.endswith(DONE)
     a.close()
-    assert list(channel.encoders) == ["ai-sdk-sse"]  # b still follows
+    assert list(audience.encoders) == ["ai-sdk-sse"]  # b still follows
     b.close()
-    assert feed not in node.hub.channels
+    assert feed not in node.hub.audiences
 
 
 @pytest.mark.parametrize("cut", [3, 7, 12])

@@ -205,7 +205,7 @@ async def test_connect_and_drop_loops_leak_no_counts() -> None:
                 await _raw_request(node, _ws_head(), read_head=False, reset=i % 2 == 1)
         await until(lambda: limits.count() == 0, 10, "every lease released")
         assert limits.per_tenant == {}
-        await until(lambda: not node.hub.channels, 10, "every subscription closed")
+        await until(lambda: not node.hub.audiences, 10, "every subscription closed")
         assert metric(node, "gateway_connections", transport="sse") == 0
         assert metric(node, "gateway_connections", transport="ws") == 0
 

@@ -60,11 +60,11 @@ async def test_a_reset_websocket_releases_its_subscriptions(
             assert r.status_code == 200
             for _ in range(3):
                 sock, _ = await anyio.to_thread.run_sync(ws_handshake, node.port, f"team/{team}")
-                await until(lambda: node.hub.channels, 5, "the subscription")
+                await until(lambda: node.hub.audiences, 5, "the subscription")
                 # Close with unread data and SO_LINGER 0: the peer sees a reset.
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                 sock.close()
-                await until(lambda: not node.hub.channels, 5, "the subscription's release")
+                await until(lambda: not node.hub.audiences, 5, "the subscription's release")
             assert not node.services.connections
             # The node still serves: publish and follow.
             r = await client.post(f"/v1/teams/{team}/events", json=ev.item(), headers=auth())
