@@ -201,7 +201,7 @@ async def test_drained_sse_stream_counts_as_shutdown_and_ready_goes_to_zero(
         "the drain is counted",
     )
     # The node no longer listens: ask the check behind /readyz directly.
-    assert await node.services.ready() == (False, "draining")
+    assert await node.context.ready() == (False, "draining")
     assert metric(node, "gateway_ready") == 0
 
 

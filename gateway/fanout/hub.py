@@ -21,8 +21,8 @@ import structlog
 
 from gateway.cursor import Cursor
 from gateway.errors import InvalidCursor, NotFound, Unavailable
-from gateway.fanout.flight import SingleFlight
 from gateway.fanout.outbox import NodeBudget
+from gateway.fanout.shared_reads import SharedReads
 from gateway.fanout.subscription import Chunk, Subscription, SubState, end_index
 from gateway.feed import FeedKey, FeedKind, FeedState, StoredItem
 from gateway.metrics import Metrics, Sent
@@ -150,9 +150,9 @@ class Hub:
         self.draining = False
         #: A live view of every audience's position (no copy per read).
         self._positions = _Positions(self.audiences)
-        # Joining clients share state reads and history pages (single flight).
-        self._joins: SingleFlight[Joined] = SingleFlight()
-        self._pages: SingleFlight[list[StoredItem]] = SingleFlight()
+        # Joining clients share state reads and history pages (shared reads).
+        self._joins: SharedReads[Joined] = SharedReads()
+        self._pages: SharedReads[list[StoredItem]] = SharedReads()
         #: Monotonic time of the reader's last completed read (for readiness).
         self.last_progress = 0.0
         #: The reader's failures, logged once each (and its recovery).

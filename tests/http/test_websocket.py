@@ -510,7 +510,7 @@ def split_response(data: bytes) -> tuple[int, dict[str, str], bytes, bytes]:
 
 async def feed_state(node: Gateway, team: str) -> object:
     """The state of acme's team feed ``team`` in the node's store (None: never written)."""
-    return await node.services.feeds.state(FeedKey("acme", FeedKind.TEAM, team))
+    return await node.context.feeds.state(FeedKey("acme", FeedKind.TEAM, team))
 
 
 @pytest.mark.parametrize("case", list(REFUSALS))
