@@ -28,7 +28,7 @@ from gateway.fanout.policy import MAX_CATCHUPS, Overflows
 from gateway.fanout.subscription import Subscription, SubState
 from gateway.feed import FeedKey, NewItem, StoredItem, run_feed, team_feed
 from gateway.metrics import Metrics
-from gateway.net.server import TransportWriter
+from gateway.net.server import SocketWriter
 from gateway.store.memory import MemoryStore
 from gateway.wire.ai_sdk_formats import AI_SDK_SSE
 from gateway.wire.format import Format
@@ -63,8 +63,8 @@ class FakeStream:
     def __init__(self) -> None:
         self.transport = FakeTransport()
 
-    def writer(self) -> TransportWriter:
-        return TransportWriter(self.transport, chunked=False)  # type: ignore[arg-type]
+    def writer(self) -> SocketWriter:
+        return SocketWriter(self.transport, chunked=False)  # type: ignore[arg-type]
 
 
 class Sink:

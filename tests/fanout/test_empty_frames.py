@@ -27,7 +27,7 @@ from gateway.fanout.outbox import NodeBudget, Outbox
 from gateway.fanout.subscription import Chunk, Subscription, SubState
 from gateway.feed import FeedKey, StoredItem, run_feed
 from gateway.metrics import Metrics
-from gateway.net.server import TransportWriter
+from gateway.net.server import SocketWriter
 from gateway.store.memory import MemoryStore
 from gateway.wire.ai_sdk_formats import AI_SDK_SSE, AI_SDK_WS
 from gateway.wire.format import Encoder, Format
@@ -104,8 +104,8 @@ class Connection:
         self.transport = transport
         self.chunked = chunked
 
-    def writer(self) -> TransportWriter:
-        return TransportWriter(self.transport, self.chunked)  # type: ignore[arg-type]
+    def writer(self) -> SocketWriter:
+        return SocketWriter(self.transport, self.chunked)  # type: ignore[arg-type]
 
 
 def live_sub(fmt: Format, start: Cursor) -> tuple[Subscription, RecordingTransport]:

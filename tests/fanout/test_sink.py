@@ -14,7 +14,7 @@ from gateway.fanout.outbox import Outbox
 from gateway.fanout.subscription import Subscription, SubState
 from gateway.feed import FeedKey, StoredItem, team_feed
 from gateway.metrics import Metrics
-from gateway.net.server import TransportWriter
+from gateway.net.server import SocketWriter
 from gateway.store.base import Batch, push
 from gateway.store.hold import HoldPolicy
 from gateway.store.memory import MemoryStore
@@ -47,8 +47,8 @@ class Stream:
     def __init__(self, transport: Kept) -> None:
         self.transport = transport
 
-    def writer(self) -> TransportWriter:
-        return TransportWriter(self.transport, chunked=False)  # type: ignore[arg-type]
+    def writer(self) -> SocketWriter:
+        return SocketWriter(self.transport, chunked=False)  # type: ignore[arg-type]
 
 
 def hub_with(subscribers: int, *, failing: int = 0) -> tuple[Hub, FeedKey, list[Kept]]:
