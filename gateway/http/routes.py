@@ -5,7 +5,7 @@ from __future__ import annotations
 from gateway.http import (
     ai_sdk_streams,
     console,
-    dialects,
+    dialect_events,
     feed_listing,
     ops,
     run_feeds,
@@ -71,13 +71,13 @@ ROUTES: tuple[Route, ...] = (
     Route(
         "sparktide_events",
         "/v1/sparktide/events",
-        {"POST": dialects.publish_sparktide},
+        {"POST": dialect_events.publish_sparktide},
         "use POST to publish SparkTide events",
     ),
     Route(
         "run_a2ui",
         "/v1/threads/{thread_id}/runs/{run_id}/a2ui",
-        {"POST": dialects.publish_a2ui},
+        {"POST": dialect_events.publish_a2ui},
         "use POST to publish A2UI messages",
     ),
     Route("healthz", "/healthz", {"GET": ops.healthz}, ONLY_GET, public=True),
