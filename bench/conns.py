@@ -15,7 +15,7 @@ reports the gateway's CPU over ``--window`` seconds as a fraction of a core.  Th
 client answers the gateway's pings (every ``GATEWAY_WS_PING_INTERVAL``, 20 s), so
 they are part of the figure.
 
-``churn``: runs fanbench's ``ws-1k-max`` shape (1,000 subscribers on one feed, as fast
+``churn``: runs ``bench/run.py``'s ``ws-1k-max`` shape (1,000 subscribers on one feed, as fast
 as they keep up) twice on fresh stacks, without and with ``--churners`` clients that
 reconnect in a loop to the same feed (open, upgrade with the bearer subprotocol,
 ``subscribe``, wait for ``subscribed``, close handshake, again; with ``--transport sse``
@@ -23,7 +23,7 @@ and ``--alone``: ``GET`` the team feed with a bearer token, wait for the ``200``
 drop the connection, again).  Reports deliveries
 per server CPU-second for both, the reconnect rate, and the gateway CPU per reconnect
 two ways: the extra CPU of the churn run over what its deliveries cost at the
-no-churn rate, and a third run with the churners alone (no fanbench, nothing
+no-churn rate, and a third run with the churners alone (no load generator, nothing
 published).
 
 ``client`` is the worker both use (one process, pinned to CPU 1): it prints
@@ -368,7 +368,7 @@ def churn(ns: argparse.Namespace) -> int:
         print(f"{rate:,.0f} reconnects/s, {cpu / (rate * wall) * 1e6:,.0f} us per reconnect")
         return 0
     if ns.transport != "ws":
-        raise SystemExit("--transport sse: with --alone (the steady feed is fanbench's ws)")
+        raise SystemExit("--transport sse: with --alone (the steady feed is a WebSocket one)")
     out = Path(ns.out)
     sc = gw.Scenario("ws-1k-max", "ws", ns.steady, duration=ns.duration)
     plain = gw.run(sc, out, keep=False)
@@ -391,7 +391,7 @@ def churn(ns: argparse.Namespace) -> int:
         return float(value) if isinstance(value, int | float) else float("nan")
 
     rate = f(counts, "reconnects_per_s")
-    # fanbench's measured span (publish start to last delivery), from its own figures.
+    # the load generator's measured span (publish start to last delivery), from its own figures.
     span = f(churned, "server_cpu_s") / f(churned, "server_cpu_util")
     in_window = rate * span
     expected_cpu = f(churned, "deliveries") / f(plain, "deliveries_per_server_cpu_s")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fanbench_pub import team_event
+from gateway_pub import team_event
 
 from gateway.cursor import Cursor
 from gateway.fanout.hub import Audience, Hub

@@ -23,7 +23,7 @@ figure can be read against it:
   leaves a paused socket in epoll until its first message wakes the loop).
 
 The reader runs on CPU 0; ``redis-server``, the sink (one uvloop process that accepts
-every subscriber connection and reads and discards, as fanbench's clients read their
+every subscriber connection and reads and discards, as the load generator's clients read their
 frames) and the publisher (this process: ``PUBLISH`` at a fixed rate, channel k % feeds,
 pipelined per millisecond tick) on CPU 1.  Reported per shape and reader: messages per
 second reached, the reader's CPU (the scheduler's run time, ``/proc/<pid>/task/*/
@@ -191,7 +191,7 @@ def wait_ready(proc: subprocess.Popen[str], what: str, within: float = 60.0) -> 
 
 def publish(redis_port: int, feeds: int, rate: float, seconds: float, payload: bytes) -> int:
     """PUBLISH ``rate`` messages a second for ``seconds`` (channel k % feeds), paced as
-    fanbench paces its publisher (sleep until the next one is due; those due meanwhile
+    bench/loadgen.py paces its publisher (sleep until the next one is due; those due meanwhile
     go in one pipeline); returns how many were sent."""
     client = redis.Redis(port=redis_port)
     names = [b"f%d" % k for k in range(feeds)]

@@ -1,25 +1,22 @@
-"""Side by side: this gateway, Socket.IO and soketi under the same fanbench scenarios.
+"""Side by side: this gateway, Socket.IO and soketi under the same load-generator scenarios.
 
+    (cd bench/peers && npm ci)                            # the pinned peers, once
     uv run python bench/peers.py                          # every scenario below, all three
     uv run python bench/peers.py ws-100x10-max --only socketio,gateway
-    uv run python bench/peers.py agent            # the fixed-rate agent scenarios
+    uv run python bench/peers.py agent                    # the fixed-rate agent scenarios
 
-The peers are the ones shipped with ``../shared/tools/fanbench`` (its README): copy
-them somewhere writable and install them first::
-
-    cp -r ../shared/tools/fanbench/peers /tmp/fanbench-peers
-    (cd /tmp/fanbench-peers/socketio && npm ci) && (cd /tmp/fanbench-peers/soketi && npm ci)
-
-Every system runs pinned to CPU 0, fanbench (and Redis, and the publisher) on CPU 1,
-with the same subscriber counts, channels, rates, window and 128-byte payloads as
+The peers are pinned in ``bench/peers/package.json`` and its lock file, each started by a
+small script there (``socketio.js``, ``soketi.js``).  Every system runs pinned to CPU 0,
+the load generator ``bench/loadgen.py`` (and Redis, and the publisher) on CPU 1, with the
+same subscriber counts, channels, rates, window and 128-byte payloads as
 ``bench/run.py``.  What differs is each system's own protocol and publish path:
 
 - gateway: ``bench/run.py``'s stack (WebSocket ``gateway.v1`` with a JWT, TeamItems,
   publishing through the producer API: validation and the atomic append step);
-- Socket.IO 4.8 with ``@socket.io/redis-streams-adapter``: fanbench ``XADD``s each
-  event to a Redis stream the server reads (``io.to(key).emit``);
-- soketi 1.6 (uWebSockets.js, Pusher protocol): fanbench publishes with its signed
-  HTTP batch API (10 events per request).
+- Socket.IO 4.8 with ``@socket.io/redis-streams-adapter``: the load generator ``XADD``s
+  each event to a Redis stream the server reads (``io.to(key).emit``);
+- soketi 1.6 (uWebSockets.js, Pusher protocol): the load generator publishes with its
+  signed HTTP batch API (``bench/soketi_pub.py``, 10 events per request).
 
 A benchmark, not a test: it prints what it measured (and appends the JSON lines to
 ``bench/results.jsonl``).
@@ -29,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -78,15 +76,16 @@ def process(args: list[str], log: Path, **kw: object) -> Iterator[subprocess.Pop
                 proc.wait()
 
 
+PEERS = gw.ROOT / "bench" / "peers"
+
+
 def common_args(sc: gw.Scenario, out: Path) -> list[str]:
     return [
         "taskset",
         "-c",
         "1",
         gw.PYTHON,
-        str(gw.FANBENCH),
-        "--cpu",
-        "1",
+        str(gw.LOADGEN),
         "-n",
         str(sc.subscribers),
         "-c",
@@ -106,27 +105,29 @@ def common_args(sc: gw.Scenario, out: Path) -> list[str]:
     ]
 
 
-def fanbench(args: list[str], out: Path, label: str) -> dict[str, object]:
+def loadgen(
+    args: list[str], out: Path, label: str, env: dict[str, str] | None = None
+) -> dict[str, object]:
     before = out.read_text().count("\n") if out.exists() else 0
-    proc = subprocess.run([*args, "--label", label], capture_output=True, timeout=300, check=False)
+    proc = subprocess.run(
+        [*args, "--label", label], capture_output=True, timeout=300, check=False, env=env
+    )
     if proc.returncode != 0:
         sys.stderr.write(proc.stderr.decode(errors="replace")[-3000:])
-        raise RuntimeError(f"fanbench failed for {label}")
+        raise RuntimeError(f"the load generator failed for {label}")
     lines = out.read_text().splitlines()
-    assert len(lines) > before, "fanbench wrote no result"
-    import json
-
+    assert len(lines) > before, "the load generator wrote no result"
     result: dict[str, object] = json.loads(lines[-1])
     return result
 
 
-def run_socketio(sc: gw.Scenario, peers: Path, out: Path, workdir: Path) -> dict[str, object]:
+def run_socketio(sc: gw.Scenario, out: Path, workdir: Path) -> dict[str, object]:
     rport, port = gw.free_port(), gw.free_port()
     with process(gw.redis_command(rport, workdir), workdir / "redis.log") as redis:
         wait_port(rport, "redis")
         env = {**os.environ, "REDIS_URL": f"redis://127.0.0.1:{rport}", "PORT": str(port)}
-        node = ["taskset", "-c", "0", "node", "server.js"]
-        with process(node, workdir / "socketio.log", cwd=peers / "socketio", env=env) as server:
+        node = ["taskset", "-c", "0", "node", "socketio.js"]
+        with process(node, workdir / "socketio.log", cwd=PEERS, env=env) as server:
             wait_port(port, "socket.io")
             args = [
                 *common_args(sc, out),
@@ -145,14 +146,15 @@ def run_socketio(sc: gw.Scenario, peers: Path, out: Path, workdir: Path) -> dict
                 "--redis-url",
                 f"redis://127.0.0.1:{rport}",
             ]
-            return fanbench(args, out, f"socketio:{sc.name}")
+            return loadgen(args, out, f"socketio:{sc.name}")
 
 
-def run_soketi(sc: gw.Scenario, peers: Path, out: Path, workdir: Path) -> dict[str, object]:
-    with process(
-        ["taskset", "-c", "0", str(peers / "soketi" / "run.sh")], workdir / "soketi.log"
-    ) as server:
-        wait_port(6001, "soketi")
+def run_soketi(sc: gw.Scenario, out: Path, workdir: Path) -> dict[str, object]:
+    port, metrics_port = gw.free_port(), gw.free_port()
+    env = {**os.environ, "PORT": str(port), "SOKETI_METRICS_SERVER_PORT": str(metrics_port)}
+    node = ["taskset", "-c", "0", "node", "soketi.js"]
+    with process(node, workdir / "soketi.log", cwd=PEERS, env=env) as server:
+        wait_port(port, "soketi")
         args = [
             *common_args(sc, out),
             "--server-pid",
@@ -160,15 +162,16 @@ def run_soketi(sc: gw.Scenario, peers: Path, out: Path, workdir: Path) -> dict[s
             "--sub",
             "pusher",
             "--url",
-            "ws://127.0.0.1:6001/app/app-key?protocol=7",
+            f"ws://127.0.0.1:{port}/app/app-key?protocol=7",
             "--channel-fmt",
             "fan-{ch}",
             "--subscribe-msg",
             '{"event":"pusher:subscribe","data":{"channel":"{channel}"}}',
             "--pub",
-            f"py:{peers / 'soketi' / 'pub.py'}:make",
+            f"py:{gw.ROOT / 'bench' / 'soketi_pub.py'}:make",
         ]
-        return fanbench(args, out, f"soketi:{sc.name}")
+        pub_env = {**os.environ, "PUSHER_URL": f"http://127.0.0.1:{port}"}
+        return loadgen(args, out, f"soketi:{sc.name}", pub_env)
 
 
 def row(system: str, sc: gw.Scenario, r: dict[str, object]) -> str:
@@ -197,7 +200,6 @@ def main() -> int:
         help=f"default: {' '.join(SCENARIOS)}; 'agent': the fixed-rate agent scenarios",
     )
     parser.add_argument("--only", default=",".join(SYSTEMS), help="systems, comma-separated")
-    parser.add_argument("--peers", default="/tmp/fanbench-peers", help="installed peers")
     parser.add_argument("--duration", type=float, help="override every scenario's duration")
     parser.add_argument("--out", default=str(gw.ROOT / "bench" / "results.jsonl"))
     ns = parser.parse_args()
@@ -212,10 +214,8 @@ def main() -> int:
     by_name = {sc.name: sc for sc in gw.SCENARIOS}
     if unknown := [n for n in names if n not in by_name or by_name[n].transport != "ws"]:
         parser.error(f"not a WebSocket scenario of bench/run.py: {unknown}")
-    peers = Path(ns.peers)
-    for system in set(systems) - {"gateway"}:
-        if not (peers / system / "node_modules").is_dir():
-            parser.error(f"{peers / system} is not installed (see this script's docstring)")
+    if set(systems) - {"gateway"} and not (PEERS / "node_modules").is_dir():
+        parser.error(f"the peers are not installed: cd {PEERS} && npm ci")
     out = Path(ns.out)
     rows = []
     for name in names:
@@ -229,7 +229,7 @@ def main() -> int:
             else:
                 with tempfile.TemporaryDirectory(prefix=f"peer-{system}-") as tmp:
                     runner = run_socketio if system == "socketio" else run_soketi
-                    result = runner(sc, peers, out, Path(tmp))
+                    result = runner(sc, out, Path(tmp))
             rows.append(row(system, sc, result))
             print(rows[-1], file=sys.stderr, flush=True)
     print(HEADER)

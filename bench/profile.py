@@ -9,7 +9,7 @@
 ``publish`` runs ``bench/publish.py`` (one row, single-event requests, 16 connections)
 and, after its warm-up, ``py-spy record --native -r 250 -d 15 -f raw`` on the gateway
 (py-spy on CPU 1).  ``scenario`` runs one ``bench/run.py`` scenario with a longer
-publish phase and starts the same recording ``--delay`` seconds after fanbench (once
+publish phase and starts the same recording ``--delay`` seconds after the load generator (once
 its subscribers are connected and publishing has begun).  py-spy records only busy
 samples (a thread waiting in ``epoll_wait`` with a timeout is idle and not recorded).
 
@@ -266,7 +266,7 @@ def main() -> int:
     p_sc.add_argument("name")
     p_sc.add_argument("--raw", required=True)
     p_sc.add_argument("--seconds", type=int, default=15)
-    p_sc.add_argument("--delay", type=float, default=14.0, help="s after fanbench starts")
+    p_sc.add_argument("--delay", type=float, default=14.0, help="s after the load generator starts")
     p_sc.add_argument("--top", type=int, default=15)
     for p in (p_pub, p_sc):
         p.add_argument("--no-native", dest="native", action="store_false", help=NO_NATIVE)

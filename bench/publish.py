@@ -43,13 +43,13 @@ from typing import cast
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import run as gw
-from fanbench_pub import team_event
+from gateway_pub import team_event
 
 #: Width of the counter written into each event_id (the id's last UUID group).
 ID_DIGITS = 12
 #: Stands for the counter in the body template until requests are built.
 ID_SLOT = b"#" * ID_DIGITS
-TEXT = '{"fb":"publish-bench","pad":"' + "x" * 90 + '"}'  # ~128 bytes, like fanbench's
+TEXT = '{"fb":"publish-bench","pad":"' + "x" * 90 + '"}'  # ~128 bytes, like bench/loadgen.py's
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 

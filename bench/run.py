@@ -1,4 +1,4 @@
-"""Fan-out benchmark: starts Redis and the gateway, drives fanbench, prints a table.
+"""Fan-out benchmark: starts Redis and the gateway, drives the load generator, prints a table.
 
     uv run python bench/run.py                       # every scenario
     uv run python bench/run.py ws-1k-max sse-1k-max  # some of them
@@ -7,10 +7,10 @@
 
 Each scenario starts its own ``redis-server`` (pinned to CPU 1, no persistence) and a
 ``gateway serve`` process pinned to CPU 0 with authentication and metrics on, creates
-the team feeds, and runs the neutral load tool ``../shared/tools/fanbench`` pinned to
-CPU 1: its subscribers connect from that separate process over WebSocket (``gateway.v1``
-with a bearer subprotocol) or SSE, and it publishes through ``bench/fanbench_pub.py``,
-the gateway's own producer API (schema validation and the atomic append step).  The
+the team feeds, and runs the load generator ``bench/loadgen.py`` pinned to CPU 1: its
+subscribers connect from that separate process over WebSocket (``gateway.v1`` with a
+bearer subprotocol) or SSE, and it publishes through ``bench/gateway_pub.py``, the
+gateway's own producer API (schema validation and the atomic append step).  The
 subscribers receive the real frames (TeamItems on team feeds).
 
 This is a benchmark, not a test: it asserts nothing and prints what it measured.
@@ -40,21 +40,11 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def find_fanbench() -> Path:
-    """``shared/tools/fanbench/fanbench.py`` beside the checkout, or beside a folder above it
-    (a git worktree such as ``/work/wt/<name>`` finds ``/work/shared``)."""
-    for parent in ROOT.parents:
-        candidate = parent / "shared" / "tools" / "fanbench" / "fanbench.py"
-        if candidate.exists():
-            return candidate
-    return ROOT.parent / "shared" / "tools" / "fanbench" / "fanbench.py"
-
-
-FANBENCH = find_fanbench()
+LOADGEN = ROOT / "bench" / "loadgen.py"
 PYTHON = sys.executable
 SECRET = "bench-secret-" + "x" * 32
 TENANT = "bench"
-#: Team ids: fanbench formats {ch} into this (a lowercase UUID per channel).
+#: Team ids: the load generator formats {ch} into this (a lowercase UUID per channel).
 CHANNEL_FMT = "00000000-0000-4000-8000-{ch:012d}"
 
 
@@ -64,7 +54,7 @@ class Scenario:
     transport: str  # ws | sse
     subscribers: int
     channels: int = 1
-    rate: float = 0.0  # 0: as fast as delivery allows (fanbench --window)
+    rate: float = 0.0  # 0: as fast as delivery allows (loadgen --window)
     duration: float = 10.0
     window: int = 20
     extra: list[str] = field(default_factory=list)
@@ -95,7 +85,7 @@ SCENARIOS = [
     ),
     Scenario("sse-1k-50eps", "sse", 1000, rate=50, note="SSE latency"),
     Scenario("ws-1-50eps", "ws", 1, rate=50, duration=5, note="one subscriber: the floor"),
-    # Agent traffic: many small feeds at fixed rates.  fanbench sends event k
+    # Agent traffic: many small feeds at fixed rates.  The load generator sends event k
     # to channel k % channels, so each feed gets rate / channels events per second.
     Scenario(
         "ws-1000x5-1000eps",
@@ -277,7 +267,7 @@ def stop_process(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
 async def create_feeds(redis_url: str, channels: int, cluster: bool = False) -> None:
     """A feed exists from its first item: publish one per channel before subscribing."""
     sys.path.insert(0, str(ROOT / "bench"))
-    from fanbench_pub import team_event  # type: ignore[import-not-found, unused-ignore]
+    from gateway_pub import team_event  # type: ignore[import-not-found, unused-ignore]
 
     from gateway.producer import Producer
 
@@ -309,17 +299,17 @@ def scrape(port: int) -> dict[str, float]:
     return out
 
 
-def fanbench_args(sc: Scenario, stack: Stack, out: Path) -> list[str]:
-    return fanbench_command(sc, stack.gw_port, [stack.gateway.pid], {"redis": stack.redis.pid}, out)
+def loadgen_args(sc: Scenario, stack: Stack, out: Path) -> list[str]:
+    return loadgen_command(sc, stack.gw_port, [stack.gateway.pid], {"redis": stack.redis.pid}, out)
 
 
-def fanbench_command(
+def loadgen_command(
     sc: Scenario, port: int, server_pids: list[int], pids: dict[str, int], out: Path
 ) -> list[str]:
-    """fanbench's command line: subscribers to 127.0.0.1:``port``, the CPU of
+    """The load generator's command line: subscribers to 127.0.0.1:``port``, the CPU of
     ``server_pids`` summed as the server's, ``pids`` (name: pid) reported one by one."""
     jwt = token()
-    args = ["taskset", "-c", "1", PYTHON, str(FANBENCH), "--cpu", "1"]
+    args = ["taskset", "-c", "1", PYTHON, str(LOADGEN)]
     for pid in server_pids:
         args += ["--server-pid", str(pid)]
     for name, pid in pids.items():
@@ -340,7 +330,7 @@ def fanbench_command(
         "--payload-bytes",
         "128",
         "--pub",
-        f"py:{ROOT / 'bench' / 'fanbench_pub.py'}:make",
+        f"py:{ROOT / 'bench' / 'gateway_pub.py'}:make",
         "--max-wall",
         "240",
         "--label",
@@ -378,7 +368,7 @@ def run(
     during: Callable[[Stack], contextlib.AbstractContextManager[object]] | None = None,
 ) -> dict[str, object]:
     """One scenario on a fresh stack.  ``during``, if given, is entered once the feeds
-    exist and exited after fanbench (extra load next to it: ``bench/conns.py churn``)."""
+    exist and exited after the load generator (extra load next to it: ``bench/conns.py churn``)."""
     workdir = Path(tempfile.mkdtemp(prefix=f"bench-{sc.name}-"))
     stack = Stack(workdir)
     extra = contextlib.ExitStack()
@@ -413,13 +403,13 @@ def run(
             if stalled.stdout.readline().strip() != b"ready":
                 raise RuntimeError("stalled subscribers did not connect")
         proc = subprocess.run(
-            fanbench_args(sc, stack, out), env=env, capture_output=True, timeout=300, check=False
+            loadgen_args(sc, stack, out), env=env, capture_output=True, timeout=300, check=False
         )
         if proc.returncode != 0:
             sys.stderr.write(proc.stderr.decode(errors="replace")[-3000:])
-            raise RuntimeError(f"fanbench failed for {sc.name}")
+            raise RuntimeError(f"the load generator failed for {sc.name}")
         lines = out.read_text().splitlines()
-        assert len(lines) > before, "fanbench wrote no result"
+        assert len(lines) > before, "the load generator wrote no result"
         result: dict[str, object] = json.loads(lines[-1])
         result["scenario"] = sc.name
         result["note"] = sc.note
@@ -434,7 +424,7 @@ def run(
 
 
 def num(value: object, fmt: str) -> str:
-    """A table cell for a number fanbench may have left out."""
+    """A table cell for a number the load generator may have left out."""
     return format(value, fmt) if isinstance(value, int | float) else "-"
 
 
@@ -447,7 +437,7 @@ def us_per_event(r: dict[str, object]) -> float | None:
 
 
 def latency_and_gaps(r: dict[str, object]) -> str:
-    """The cells ``p50 / p99 / max | gaps / dups`` of a fanbench result."""
+    """The cells ``p50 / p99 / max | gaps / dups`` of a load generator result."""
     lat = r.get("latency_ms") or {}
     assert isinstance(lat, dict)
     return (
@@ -504,8 +494,6 @@ def main() -> int:
     chosen = [sc for sc in SCENARIOS if not wanted or sc.name in wanted]
     if not chosen:
         parser.error("no such scenario (see --list)")
-    if not FANBENCH.exists():
-        parser.error(f"fanbench not found at {FANBENCH}")
     out = Path(ns.out)
     results = []
     for sc in chosen:

@@ -18,18 +18,18 @@ started, by pid, also on error:
   and authentication on, all pinned to CPU 0);
 - a real HAProxy (``tests.support.haproxy``: HTTP mode, ``balance roundrobin``,
   ``/readyz`` health checks, one-hour tunnel timeouts for WebSockets) in front of them;
-- fanbench (``bench/run.py``'s ``fanbench_command``): its subscribers connect through
-  HAProxy, its publisher (``bench/fanbench_pub.py``, the producer API) appends to the
-  store directly, as an ingest tier would.  fanbench sums the CPU of every node
+- the load generator (``bench/run.py``'s ``loadgen_command``): its subscribers connect through
+  HAProxy, its publisher (``bench/gateway_pub.py``, the producer API) appends to the
+  store directly, as an ingest tier would.  It sums the CPU of every node
   (``--server-pid`` per node) and reports each node, HAProxy and every Redis process
   by name.
 
 This process pins itself to CPU 1 before starting anything, so Redis and HAProxy
-(which then runs one thread) inherit CPU 1, with fanbench and the publisher; only the
+(which then runs one thread) inherit CPU 1, with the load generator and the publisher; only the
 gateway nodes are on CPU 0.  On two cores more nodes cannot add CPU: the cells show
 what spreading costs per delivery and that no node loses or repeats an event (see
 docs/benchmarks.md, "Horizontal scale").  A benchmark, not a test: it prints what it
-measured and appends fanbench's JSON lines, with this script's additions, to ``--out``.
+measured and appends the load generator's JSON lines, with this script's additions, to ``--out``.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ from tests.support.redis_server import RedisServer, free_port
 
 #: The CPU everything but the gateway nodes shares (``bench/run.py`` pins nodes to CPU 0).
 LOAD_CPU = 1
-FANBENCH_TIMEOUT = 300.0
+LOADGEN_TIMEOUT = 300.0
 #: HAProxy's health checks: the fault suite's (200 ms, down after 2) take a node out
 #: when its event loop is busy accepting 100 WebSocket handshakes at a time on a shared
 #: core, and HAProxy then refuses subscribers with 503.  Once a second, down after 3.
@@ -205,16 +205,16 @@ def run_cell(
             "BENCH_REDIS_CLUSTER": "1" if store.cluster else "0",
         }
         load_before = Path("/proc/loadavg").read_text().split()[0]
-        raw = workdir / "fanbench.jsonl"
-        command = gw.fanbench_command(sc, lb.port, [g.pid for g in gateways], pids, raw)
+        raw = workdir / "loadgen.jsonl"
+        command = gw.loadgen_command(sc, lb.port, [g.pid for g in gateways], pids, raw)
         proc = subprocess.run(
-            command, env=env, capture_output=True, timeout=FANBENCH_TIMEOUT, check=False
+            command, env=env, capture_output=True, timeout=LOADGEN_TIMEOUT, check=False
         )
         if proc.returncode != 0:
             sys.stderr.write(proc.stderr.decode(errors="replace")[-3000:])
-            raise RuntimeError(f"fanbench failed for {sc.name} / {store_name} / {nodes}")
+            raise RuntimeError(f"the load generator failed for {sc.name} / {store_name} / {nodes}")
         if not raw.exists() or not raw.read_text().strip():
-            raise RuntimeError("fanbench wrote no result")
+            raise RuntimeError("the load generator wrote no result")
         result: dict[str, Any] = json.loads(raw.read_text().splitlines()[-1])
         metrics: dict[str, float] = {}
         for port in ports:
@@ -234,7 +234,7 @@ def run_cell(
             gateway_metrics=metrics,
             nodes_alive=sum(g.poll() is None for g in gateways),
         )
-        with out.open("a") as f:  # fanbench's JSON line with what this script added
+        with out.open("a") as f:  # the load generator's JSON line with what this script added
             f.write(json.dumps(result) + "\n")
         return result
     finally:
@@ -249,7 +249,7 @@ def run_cell(
 
 
 def cores(r: dict[str, Any], cpu_s: float) -> float | None:
-    """CPU seconds over fanbench's measuring span (publishing and drain) as cores."""
+    """CPU seconds over the load generator's measuring span (publishing and drain) as cores."""
     total, util = r.get("server_cpu_s"), r.get("server_cpu_util")
     if not isinstance(total, int | float) or not isinstance(util, int | float) or util <= 0:
         return None
@@ -329,8 +329,6 @@ def main() -> int:
     if not set(ns.stores) <= set(STORES):
         parser.error(f"stores are {', '.join(STORES)}")
     node_counts = [int(n) for n in ns.nodes]
-    if not gw.FANBENCH.exists():
-        parser.error(f"fanbench not found at {gw.FANBENCH}")
     if shutil.which("haproxy") is None:
         parser.error("haproxy is not installed (apt-get install -y haproxy)")
     signal.signal(signal.SIGTERM, terminate)

@@ -1,7 +1,7 @@
-"""fanbench publisher plugin: publishes through the gateway's real publish path.
+"""Load-generator publisher: publishes through the gateway's real publish path.
 
-``--pub py:bench/fanbench_pub.py:make`` makes fanbench publish each event as a team
-event (``team_message`` whose text is fanbench's marker JSON) with the gateway's
+``--pub py:bench/gateway_pub.py:make`` makes ``bench/loadgen.py`` publish each event as a
+team event (``team_message`` whose text is the load generator's marker JSON) with the gateway's
 Python producer API: validated against the seed schema in this process and appended
 to Redis by the same atomic step the HTTP route and the inbox use.  The gateway under
 test only reads and fans out, as a node behind an ingest tier would.
@@ -23,7 +23,7 @@ from typing import Any
 if os.environ.get("BENCH_PUB_GATEWAY"):
     sys.path.insert(0, os.environ["BENCH_PUB_GATEWAY"])
     for _name in [m for m in sys.modules if m == "gateway" or m.startswith("gateway.")]:
-        del sys.modules[_name]  # fanbench's process may have imported ours already
+        del sys.modules[_name]  # the load generator may have imported ours already
 
 from gateway.producer import Producer
 
@@ -65,7 +65,7 @@ class ProducerPub:
         await self.producer.publish_team_batch(self.tenant, channel, [self._item(data)])
 
     async def many(self, items: list[tuple[int, str, str]]) -> None:
-        # fanbench's batches go round the channels: one pipelined round trip for all
+        # the load generator's batches go round the channels: one pipelined round trip for all
         # the teams of a batch (each team's items still one atomic append).
         by_channel: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for _, channel, data in items:
