@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gateway_pub import team_event
 
 from gateway.cursor import Cursor
-from gateway.fanout.hub import Channel, Hub
+from gateway.fanout.hub import Audience, Hub
 from gateway.fanout.outbox import Outbox
 from gateway.fanout.subscription import Subscription, SubState
 from gateway.feed import StoredItem, team_feed
@@ -55,22 +55,22 @@ def run(feeds: int, subscribers: int, events: int) -> float:
     hub = Hub(store, store, Metrics())
     text = '{"fb":"FB1|1|1|0|","pad":"%s"}' % ("x" * 100)
     payload = team_payload({"kind": "team"}, team_event(text, 1))
-    channels = []
+    audiences = []
     for f in range(feeds):
         key = team_feed("bench", f"00000000-0000-4000-8000-{f:012d}")
-        channel = Channel(key, Cursor(1, 0))
+        audience = Audience(key, Cursor(1, 0))
         for _ in range(subscribers):
             sub = Subscription(key, TEAM_WS, Cursor(1, 0))
             sub.outbox = Outbox(CountingWriter(), 1 << 20, hub.budget)
             sub.state = SubState.LIVE
-            channel.subs.add(sub)
-        hub.channels[key] = channel
-        channels.append(channel)
+            audience.subs.add(sub)
+        hub.audiences[key] = audience
+        audiences.append(audience)
     started = time.process_time()
     for i in range(events):
-        channel = channels[i % feeds]
-        item = StoredItem(1, channel.position.offset + 1, payload, "c")
-        hub._dispatch(channel, Batch([item], appended=time.time()))
+        audience = audiences[i % feeds]
+        item = StoredItem(1, audience.position.offset + 1, payload, "c")
+        hub._dispatch(audience, Batch([item], appended=time.time()))
     return (time.process_time() - started) / events * 1e6
 
 

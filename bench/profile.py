@@ -49,7 +49,10 @@ ANYIO = r"^(?!AsyncIOBackend\.run |run \(anyio/).*\(anyio/"
 #: matches several, the first listed wins.
 REQUEST: list[tuple[str, str]] = [
     ("metrics (prometheus_client)", r"prometheus_client|gateway/metrics\.py"),
-    ("auth (JWT verify, principal)", r"gateway/auth\.py|\(jwt/|principal \(gateway/http/services"),
+    (
+        "auth (JWT verify, principal)",
+        r"gateway/auth\.py|\(jwt/|principal \(gateway/http/route_context",
+    ),
     ("rate limit", r"gateway/limits\.py"),
     ("RFC 8785 encode", r"gateway/canonical\.py|rfc8785"),
     ("validation (schema)", r"gateway/validate\.py|jsonschema"),

@@ -23,10 +23,10 @@ from gateway.config import Settings
 from gateway.fanout.foldcache import FoldCache
 from gateway.fanout.hub import Hooks, Hub
 from gateway.http.cors import Cors
+from gateway.http.route_context import RouteContext
 from gateway.http.router import Router
 from gateway.http.routes import INTERNAL_ROUTES, client_routes
-from gateway.http.services import Services
-from gateway.inbox import INBOXES, Inbox
+from gateway.inbox_consumer import INBOXES, Inbox
 from gateway.limits import (
     LIMIT_CONNECTIONS,
     LIMIT_TENANT_CONNECTIONS,
@@ -108,7 +108,7 @@ class Gateway:
     server: HttpServer
     port: int
     inboxes: list[Inbox]
-    services: Services
+    context: RouteContext
     #: The listener of /metrics, /healthz and /readyz when GATEWAY_INTERNAL_PORT is set.
     internal_server: HttpServer | None = None
     internal_port: int | None = None
@@ -140,7 +140,7 @@ class Gateway:
         """
         self.hub.draining = True
         self.server.stop_listening()
-        closers: list[Callable[[], None]] = [c.shutdown for c in self.services.connections]
+        closers: list[Callable[[], None]] = [c.shutdown for c in self.context.connections]
         log.info("draining", connections=len(closers), window_seconds=window)
         slices = max(1, min(len(closers), int(window * 10)))
         for index in range(slices):
@@ -280,7 +280,7 @@ async def running(
     authenticator = Authenticator.from_settings(settings)
     tick = Ticker.tick_seconds(settings.ws_ping_interval, settings.ws_ping_timeout)
     connections = Connections(slot_seconds=tick / 4)
-    services = Services(
+    context = RouteContext(
         settings=settings,
         hub=hub,
         feeds=backend.feeds,
@@ -300,7 +300,7 @@ async def running(
     internal = settings.internal_port is not None
     async with anyio.create_task_group() as tg:
         # With an internal port, /metrics, /healthz and /readyz are served there only.
-        router = Router(client_routes(internal=internal), services)
+        router = Router(client_routes(internal=internal), context)
 
         server = HttpServer(
             router,
@@ -313,7 +313,7 @@ async def running(
         internal_server = None
         if internal:
             internal_server = HttpServer(
-                Router(INTERNAL_ROUTES, services),
+                Router(INTERNAL_ROUTES, context),
                 max_body=INTERNAL_MAX_BODY,
                 requests=metrics.http_requests,
                 max_sockets=INTERNAL_MAX_SOCKETS,
@@ -347,7 +347,7 @@ async def running(
                 server,
                 port,
                 inboxes,
-                services,
+                context,
                 internal_server=internal_server,
                 internal_port=internal_port,
             )

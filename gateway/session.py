@@ -29,11 +29,11 @@ from gateway import access
 from gateway.auth import Principal
 from gateway.config import Settings
 from gateway.cursor import Cursor, parse_cursor
-from gateway.dialects.ai_sdk_wire import parse_chunk_id
+from gateway.dialects.ai_sdk.framing import parse_chunk_id
 from gateway.errors import CloseCode, ErrorCode, GatewayError, InvalidRequest, NotFound
 from gateway.feed import FeedKey
 from gateway.wire import ws
-from gateway.wire.aisdk import AI_SDK_WS
+from gateway.wire.ai_sdk_formats import AI_SDK_WS
 from gateway.wire.format import Format
 from gateway.wire.registry import ws_format
 

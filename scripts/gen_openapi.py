@@ -41,7 +41,7 @@ RUN_UI = "/v1/threads/{thread_id}/runs/{run_id}/ui/ag-ui"
 RUN_EVENTS = "/v1/threads/{thread_id}/runs/{run_id}/events"
 AGENT_UI = "/v1/ui/ag-ui/{agent}"
 FEEDS = "/v1/feeds"
-#: Page sizes of GET /v1/feeds (gateway.http.feeds; a test checks they agree).
+#: Page sizes of GET /v1/feeds (gateway.http.feed_listing; a test checks they agree).
 FEEDS_DEFAULT_LIMIT = 20
 FEEDS_MAX_LIMIT = 100
 RUN_AI_SDK = "/v1/threads/{thread_id}/runs/{run_id}/ui/ai-sdk"

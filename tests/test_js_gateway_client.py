@@ -182,7 +182,7 @@ async def test_many_feeds_over_one_socket(node: Gateway, node_exe: str) -> None:
                 await pub.team(team, 2)
             await pub.run(thread, run, events[RUN_HALF:])
             await until_events(js, feeds, pub.count())
-            assert len(node.services.connections.timed()) == 1  # one socket for every feed
+            assert len(node.context.connections.timed()) == 1  # one socket for every feed
             status = await js.call("close")
     assert_exact(js, pub, feeds)
     assert not any(m["prelude"] for m in js.of_kind("event"))  # joined at the start
@@ -292,7 +292,7 @@ async def test_drain_1012_reconnects_promptly_to_another_node(
             config = driver_config(lb.url, feeds, backoff=backoff)
             async with driver(node_exe, config) as js:
                 await until_events(js, feeds, pub.count())
-                assert len(a.services.connections.timed()) == 1  # round robin: the first went to a
+                assert len(a.context.connections.timed()) == 1  # round robin: the first went to a
                 lb.mark_down(a.port)
                 mark = len(js.lines)
                 await a.drain(0.05)
@@ -302,7 +302,7 @@ async def test_drain_1012_reconnects_promptly_to_another_node(
                 for team in teams:
                     await pub.team(team, 2)
                 await until_events(js, feeds, pub.count())
-                assert len(b.services.connections.timed()) == 1
+                assert len(b.context.connections.timed()) == 1
                 await js.call("close")
     assert closed["code"] == 1012
     assert waiting["state"] == "waiting" and waiting["code"] == 1012

@@ -32,7 +32,7 @@ from gateway.agui.fold import RunFold
 from gateway.app import Gateway
 from gateway.cursor import parse_cursor
 from gateway.dialects import a2ui
-from gateway.dialects.ai_sdk import AiSdkTranslator, compact, message_id
+from gateway.dialects.ai_sdk.translator import AiSdkTranslator, compact, message_id
 from gateway.fanout.subscription import SubState
 from gateway.feed import FeedKey, run_events_feed, run_feed, team_feed
 from tests.dialects.a2ui_runs import components, create, text
@@ -126,8 +126,8 @@ def delivered(node: Gateway, feed: FeedKey, cursor: str) -> Callable[[], bool]:
     at = parse_cursor(cursor)
 
     def check() -> bool:
-        channel = node.hub.channels.get(feed)
-        return channel is None or channel.position >= at
+        audience = node.hub.audiences.get(feed)
+        return audience is None or audience.position >= at
 
     return check
 
@@ -136,8 +136,8 @@ async def live(node: Gateway, feed: FeedKey, subscribers: int = 1) -> None:
     """Wait until ``subscribers`` subscriptions of ``feed`` follow it live."""
 
     def check() -> bool:
-        channel = node.hub.channels.get(feed)
-        subs = channel.subs if channel is not None else set()
+        audience = node.hub.audiences.get(feed)
+        subs = audience.subs if audience is not None else set()
         return sum(s.state is SubState.LIVE for s in subs) >= subscribers
 
     await until(check, WAIT, "the subscription going live")
@@ -226,7 +226,7 @@ def assert_sse_ends(node: Gateway, finished: int) -> None:
 
 
 async def follow_ai_sdk(js: Duplex, name: str, url: str) -> None:
-    opened = await js.call("aisdk", name=name, url=url, token=token())
+    opened = await js.call("ai_sdk", name=name, url=url, token=token())
     assert opened == {
         "status": 200,
         "header": "v1",

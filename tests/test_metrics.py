@@ -76,9 +76,9 @@ async def test_a_live_delivery_is_measured_once_per_batch(
         assert (await recv(ws))[1]["type"] == "subscribed"
         await until(
             lambda: (
-                feed in node.hub.channels
-                and len(node.hub.channels[feed].subs) == 2
-                and all(s.state is SubState.LIVE for s in node.hub.channels[feed].subs)
+                feed in node.hub.audiences
+                and len(node.hub.audiences[feed].subs) == 2
+                and all(s.state is SubState.LIVE for s in node.hub.audiences[feed].subs)
             ),
             5,
             "both subscriptions live",
@@ -201,7 +201,7 @@ async def test_drained_sse_stream_counts_as_shutdown_and_ready_goes_to_zero(
         "the drain is counted",
     )
     # The node no longer listens: ask the check behind /readyz directly.
-    assert await node.services.ready() == (False, "draining")
+    assert await node.context.ready() == (False, "draining")
     assert metric(node, "gateway_ready") == 0
 
 

@@ -729,16 +729,16 @@ def test_operational_routes(doc: dict[str, Any], registry: Registry[Any]) -> Non
 
 def test_the_feed_listing_says_what_the_route_does(doc: dict[str, Any]) -> None:
     from gateway.feed import FeedKind
-    from gateway.http import feeds
+    from gateway.http import feed_listing
 
     op = doc["paths"][FEEDS]["get"]
     assert op["operationId"] == "listFeeds"
     params = {p["name"]: p for p in op["parameters"]}
     assert params["kind"]["required"] is True
     assert params["kind"]["schema"]["enum"] == [kind.value for kind in FeedKind]
-    assert params["limit"]["schema"]["maximum"] == feeds.MAX_LIMIT
-    assert params["limit"]["schema"]["default"] == feeds.DEFAULT_LIMIT
-    assert params["after"]["schema"]["maxLength"] == feeds.MAX_AFTER
+    assert params["limit"]["schema"]["maximum"] == feed_listing.MAX_LIMIT
+    assert params["limit"]["schema"]["default"] == feed_listing.DEFAULT_LIMIT
+    assert params["after"]["schema"]["maxLength"] == feed_listing.MAX_AFTER
     entry = doc["components"]["schemas"]["FeedListEntry"]
     pattern = re.compile(entry["properties"]["feed"]["pattern"])
     assert pattern.match("team/0190f5a2-7c1e-7b3d-8a4f-000000000001")

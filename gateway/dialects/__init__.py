@@ -6,10 +6,9 @@ Everything here is sans-I/O: validation against the seed schemas packaged in
 Out of run feeds, to other clients' stream formats:
 
 - :mod:`gateway.dialects.ai_sdk`: AG-UI run events as Vercel AI SDK UI message stream
-  chunks; :mod:`gateway.dialects.ai_sdk_parts` is the UI message those chunks build, as a
-  function of the run fold; :mod:`gateway.dialects.ai_sdk_projection` keeps it per event;
-  :mod:`gateway.dialects.ai_sdk_wire` is their SSE framing, the ``E:O:K`` chunk ids and
-  the in-band restart announcement.
+  chunks (``translator``); ``parts`` is the UI message those chunks build, as a function
+  of the run fold; ``projection`` keeps it per event; ``framing`` is their SSE framing,
+  the ``E:O:K`` chunk ids and the in-band restart announcement.
 
 Into run feeds, from other producers:
 

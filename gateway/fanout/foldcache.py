@@ -29,7 +29,7 @@ from gateway.agui.fold import RunFold
 from gateway.cursor import Cursor
 from gateway.dialects import a2ui
 from gateway.errors import GatewayError
-from gateway.fanout.flight import SingleFlight
+from gateway.fanout.shared_reads import SharedReads
 from gateway.feed import FeedKey, FeedState
 from gateway.store.base import FeedStore, FoldStore
 from gateway.wire.format import A2UI_PRELUDE, AGUI_PRELUDE
@@ -103,8 +103,8 @@ class FoldCache:
         #: Bound on the checkpoints' bytes on this node, and on cached preludes.
         self.max_bytes = max_bytes
         self._feeds: OrderedDict[FeedKey, _Checkpoints] = OrderedDict()
-        self._flight: SingleFlight[RunFold] = SingleFlight()
-        self._prelude_flight: SingleFlight[Prelude] = SingleFlight()
+        self._folds_read: SharedReads[RunFold] = SharedReads()
+        self._preludes_read: SharedReads[Prelude] = SharedReads()
         #: Encoded preludes recently served, by feed and cursor (LRU, bounded in bytes).
         self._preludes: OrderedDict[tuple[FeedKey, Cursor, str], Prelude] = OrderedDict()
         self._prelude_bytes = 0
@@ -121,7 +121,7 @@ class FoldCache:
         checkpoint covers are missing from the fold.  Raises Unavailable when the store
         cannot be read.
         """
-        return await self._flight.do((feed, cursor), lambda: self._compute(feed, cursor))
+        return await self._folds_read.do((feed, cursor), lambda: self._compute(feed, cursor))
 
     async def prelude(self, feed: FeedKey, cursor: Cursor, kind: str = AGUI_PRELUDE) -> Prelude:
         """The prelude at ``cursor``, each event as compact JSON, and whether the run had
@@ -137,7 +137,7 @@ class FoldCache:
         if cached is not None:
             self._preludes.move_to_end(key)
             return cached
-        return await self._prelude_flight.do(key, lambda: self._encode_prelude(feed, cursor, kind))
+        return await self._preludes_read.do(key, lambda: self._encode_prelude(feed, cursor, kind))
 
     async def _encode_prelude(self, feed: FeedKey, cursor: Cursor, kind: str) -> Prelude:
         thread_id, run_id = feed.id.split("/", 1)

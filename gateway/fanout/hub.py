@@ -1,11 +1,11 @@
 """One reader per feed per node, and the hand-over from history to live.
 
-The hub keeps a :class:`Channel` for every feed that has subscribers on this node.
-One reader task follows all channels with a single blocking multi-feed read, encodes
+The hub keeps an :class:`Audience` for every feed that has subscribers on this node.
+One reader task follows all audiences with a single blocking multi-feed read, encodes
 each new item once per wire format in use, and offers the same bytes to every live
 subscription.  A joining subscription reads history in bounded pages on its own
-connection task and attaches to the channel when its position has reached the
-channel's (no await between that check and the attach, so no item can slip between
+connection task and attaches to the audience when its position has reached the
+audience's (no await between that check and the attach, so no item can slip between
 history and live; items the subscription already has are filtered by offset).
 """
 
@@ -21,8 +21,8 @@ import structlog
 
 from gateway.cursor import Cursor
 from gateway.errors import InvalidCursor, NotFound, Unavailable
-from gateway.fanout.flight import SingleFlight
 from gateway.fanout.outbox import NodeBudget
+from gateway.fanout.shared_reads import SharedReads
 from gateway.fanout.subscription import Chunk, Subscription, SubState, end_index
 from gateway.feed import FeedKey, FeedKind, FeedState, StoredItem
 from gateway.metrics import Metrics, Sent
@@ -55,7 +55,11 @@ class Hooks:
     before_read: Callable[[], Awaitable[None]] | None = None
 
 
-class Channel:
+class Audience:
+    """The hub's state of one feed on this node: who follows it here (its
+    subscriptions), how far the reader has delivered it, and the encoders its stateful
+    formats share."""
+
     __slots__ = ("encoders", "feed", "position", "subs")
 
     def __init__(self, feed: FeedKey, position: Cursor) -> None:
@@ -82,34 +86,34 @@ class _Encoded:
 
 
 class _Positions(Positions):
-    """The channels' positions as a read-only mapping, without copying them.  The hub
-    bumps :attr:`generation` whenever it adds or removes a channel."""
+    """The audiences' positions as a read-only mapping, without copying them.  The hub
+    bumps :attr:`generation` whenever it adds or removes an audience."""
 
     # Declared here as well as on Positions: a compiled class (gateway/native.py) lays
     # out the attributes it declares.
     generation: int
 
-    def __init__(self, channels: dict[FeedKey, Channel]) -> None:
-        self._channels = channels
+    def __init__(self, audiences: dict[FeedKey, Audience]) -> None:
+        self._audiences = audiences
         self.generation = 0
 
     def __getitem__(self, feed: FeedKey) -> Cursor:
-        return self._channels[feed].position
+        return self._audiences[feed].position
 
     def get(self, feed: FeedKey, default: Cursor | None = None) -> Cursor | None:  # type: ignore[override]
         # Mapping's own goes through __getitem__ and a KeyError: this is the hand-over's
         # lookup of every message.
-        channel = self._channels.get(feed)
-        return default if channel is None else channel.position
+        audience = self._audiences.get(feed)
+        return default if audience is None else audience.position
 
     def __contains__(self, feed: object) -> bool:
-        return feed in self._channels
+        return feed in self._audiences
 
     def __iter__(self) -> Iterator[FeedKey]:
-        return iter(self._channels)
+        return iter(self._audiences)
 
     def __len__(self) -> int:
-        return len(self._channels)
+        return len(self._audiences)
 
 
 class Hub:
@@ -139,16 +143,16 @@ class Hub:
         self.offer_chunk_bytes = max(1, max_queue_bytes // 4)
         #: The node-wide bound on bytes buffered for clients (shared by every outbox).
         self.budget = NodeBudget(max_node_buffer_bytes)
-        self.channels: dict[FeedKey, Channel] = {}
+        self.audiences: dict[FeedKey, Audience] = {}
         self._changed = anyio.Event()
         self._idle = anyio.Event()
         #: Set when the node drains: no new subscriptions.
         self.draining = False
-        #: A live view of every channel's position (no copy per read).
-        self._positions = _Positions(self.channels)
-        # Joining clients share state reads and history pages (single flight).
-        self._joins: SingleFlight[Joined] = SingleFlight()
-        self._pages: SingleFlight[list[StoredItem]] = SingleFlight()
+        #: A live view of every audience's position (no copy per read).
+        self._positions = _Positions(self.audiences)
+        # Joining clients share state reads and history pages (shared reads).
+        self._joins: SharedReads[Joined] = SharedReads()
+        self._pages: SharedReads[list[StoredItem]] = SharedReads()
         #: Monotonic time of the reader's last completed read (for readiness).
         self.last_progress = 0.0
         #: The reader's failures, logged once each (and its recovery).
@@ -226,20 +230,20 @@ class Hub:
 
     async def wait_idle(self) -> None:
         """Return once no subscription is open on this node."""
-        while self.channels:
+        while self.audiences:
             if self._idle.is_set():
                 self._idle = anyio.Event()
             await self._idle.wait()
 
     async def _register(self, sub: Subscription, state: FeedState) -> None:
         self.metrics.subscriptions.labels(sub.fmt.transport, sub.feed.kind.value).inc()
-        channel = self.channels.get(sub.feed)
-        created = channel is None
-        if channel is None:
-            channel = self.channels[sub.feed] = Channel(sub.feed, state.head_cursor)
+        audience = self.audiences.get(sub.feed)
+        created = audience is None
+        if audience is None:
+            audience = self.audiences[sub.feed] = Audience(sub.feed, state.head_cursor)
             self._positions.generation += 1
             self._changed.set()
-        channel.subs.add(sub)
+        audience.subs.add(sub)
         try:
             if created:
                 await self.live.wake()
@@ -287,15 +291,15 @@ class Hub:
             prefetched, sub.prefetched = sub.page_at_position(), None
             if sub.state is not SubState.CATCHING_UP:  # closed (drain) or restarted
                 return
-            channel = self.channels.get(feed)
-            if channel is None or sub not in channel.subs:  # closed meanwhile
+            audience = self.audiences.get(feed)
+            if audience is None or sub not in audience.subs:  # closed meanwhile
                 sub.state = SubState.CLOSED
                 return
-            if sub.position >= channel.position:
+            if sub.position >= audience.position:
                 sub.state = SubState.LIVE
-                self._adopt_encoder(channel, sub)
+                self._adopt_encoder(audience, sub)
                 return
-            target = channel.position
+            target = audience.position
             position = sub.position
             if prefetched is not None:
                 # Read with the join's state (Hub.open), from this very position.
@@ -349,16 +353,16 @@ class Hub:
         self.metrics.epoch_restarts.inc()
 
     @staticmethod
-    def _adopt_encoder(channel: Channel, sub: Subscription) -> None:
-        """A stateful subscription goes live: its encoder becomes the channel's (the
-        one already there, at the channel's position, serves it just as well)."""
+    def _adopt_encoder(audience: Audience, sub: Subscription) -> None:
+        """A stateful subscription goes live: its encoder becomes the audience's (the
+        one already there, at the audience's position, serves it just as well)."""
         encoder, sub.encoder = sub.encoder, None
-        if encoder is not None and sub.fmt.name not in channel.encoders:
-            channel.encoders[sub.fmt.name] = (encoder, sub.position)
+        if encoder is not None and sub.fmt.name not in audience.encoders:
+            audience.encoders[sub.fmt.name] = (encoder, sub.position)
 
     def _behind(self, sub: Subscription) -> bool:
-        channel = self.channels.get(sub.feed)
-        return channel is not None and sub.position < channel.position
+        audience = self.audiences.get(sub.feed)
+        return audience is not None and sub.position < audience.position
 
     async def _check_position(self, sub: Subscription) -> bool:
         """History read nothing: is the position still valid?  False if restarted.
@@ -383,44 +387,44 @@ class Hub:
             sub.restarted(restart_cursor(state))
             self.metrics.epoch_restarts.inc()
             return False
-        channel = self.channels.get(sub.feed)
+        audience = self.audiences.get(sub.feed)
         if (
-            channel is not None
-            and channel.position.epoch == pos.epoch
+            audience is not None
+            and audience.position.epoch == pos.epoch
             and (state is None or state.head <= pos.offset)
         ):
-            # The channel believes in items the store no longer has (lost, or rolled
+            # The audience believes in items the store no longer has (lost, or rolled
             # back; the reader reports it): let the subscription attach and wait.
-            channel.position = min(channel.position, pos)
+            audience.position = min(audience.position, pos)
         return True
 
     def close(self, sub: Subscription) -> None:
-        """Unregister a subscription (idempotent).  Drops the channel with its last one."""
+        """Unregister a subscription (idempotent).  Drops the audience with its last one."""
         if sub.state is not SubState.RESTARTED:
             sub.state = SubState.CLOSED
-        channel = self.channels.get(sub.feed)
-        if channel is None or sub not in channel.subs:
+        audience = self.audiences.get(sub.feed)
+        if audience is None or sub not in audience.subs:
             return
-        channel.subs.remove(sub)
+        audience.subs.remove(sub)
         self.metrics.subscriptions.labels(sub.fmt.transport, sub.feed.kind.value).dec()
         name = sub.fmt.name
-        if name in channel.encoders and not any(s.fmt.name == name for s in channel.subs):
-            del channel.encoders[name]
-        if not channel.subs:
-            del self.channels[sub.feed]
+        if name in audience.encoders and not any(s.fmt.name == name for s in audience.subs):
+            del audience.encoders[name]
+        if not audience.subs:
+            del self.audiences[sub.feed]
             self._positions.generation += 1
-            if not self.channels:
+            if not self.audiences:
                 self._idle.set()
 
     # -- the reader ------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Follow every channel's feed until cancelled."""
+        """Follow every audience's feed until cancelled."""
         backoff = 0.05
         while True:
             if self.hooks.before_read is not None:
                 await self.hooks.before_read()
-            if not self.channels:
+            if not self.audiences:
                 self.last_progress = time.monotonic()
                 self._changed = anyio.Event()
                 with anyio.move_on_after(self.read_block_ms / 1000):
@@ -456,78 +460,78 @@ class Hub:
     # -- what the store pushes (gateway.store.base.LiveSink) ----------------------------
 
     def on_items(self, feed: FeedKey, batch: Batch) -> int:
-        """A batch that continues the channel's position (from the reader's read, or
+        """A batch that continues the audience's position (from the reader's read, or
         from the store's I/O callback while the reader waits): offered to every live
-        subscription.  Returns how many subscriptions the channel had (0: no channel)."""
-        channel = self.channels.get(feed)
-        if channel is None:
+        subscription.  Returns how many subscriptions the audience had (0: no audience)."""
+        audience = self.audiences.get(feed)
+        if audience is None:
             return 0
-        reached = len(channel.subs)
-        self._dispatch_safely(channel, batch)
+        reached = len(audience.subs)
+        self._dispatch_safely(audience, batch)
         return reached
 
     def on_gap(self, feed: FeedKey, reset: FeedState | None) -> None:
         """The feed no longer continues what was delivered: it moved to ``reset``, or
         is gone (None).  Its subscriptions are restarted or told it is gone."""
-        channel = self.channels.get(feed)
-        if channel is not None:
+        audience = self.audiences.get(feed)
+        if audience is not None:
             gap = Batch([], gone=True) if reset is None else Batch([], reset=reset)
-            self._dispatch_safely(channel, gap)
+            self._dispatch_safely(audience, gap)
 
-    def _dispatch_safely(self, channel: Channel, batch: Batch) -> None:
+    def _dispatch_safely(self, audience: Audience, batch: Batch) -> None:
         try:
-            self._dispatch(channel, batch)
+            self._dispatch(audience, batch)
         except Exception:
             # One feed's trouble must not stop the node's reader for all (nor reach
             # the store's I/O callback it may run in).
-            log.exception("dispatch failed", kind=channel.feed.kind.value)
+            log.exception("dispatch failed", kind=audience.feed.kind.value)
 
-    def _dispatch(self, channel: Channel, batch: Batch) -> None:
+    def _dispatch(self, audience: Audience, batch: Batch) -> None:
         if batch.gone:
-            for sub in list(channel.subs):
+            for sub in list(audience.subs):
                 if sub.state in (SubState.LIVE, SubState.CATCHING_UP):
                     sub.gone()
             return
         if batch.transient:
-            self._dispatch_with_transients(channel, batch)
+            self._dispatch_with_transients(audience, batch)
             return
         reset = batch.reset
         if reset is not None:
             # What was read no longer continues what this node delivered.  A new epoch
             # ends the subscriptions of older ones (those that joined the new one are
             # fine); without a new epoch no position in it can be trusted, so all end.
-            newer = reset.epoch > channel.position.epoch
-            self._restart_all(channel, reset.epoch if newer else None, restart_cursor(reset))
-            channel.position = reset.head_cursor
+            newer = reset.epoch > audience.position.epoch
+            self._restart_all(audience, reset.epoch if newer else None, restart_cursor(reset))
+            audience.position = reset.head_cursor
         items = batch.items
         if not items:
             return
-        epoch = channel.position.epoch
+        epoch = audience.position.epoch
         # Split at an epoch change: the new epoch's items come after the old one's.
         split = 0
         while split < len(items) and items[split].epoch == epoch:
             split += 1
         if split:
-            self._deliver(channel, items[:split], batch.appended)
+            self._deliver(audience, items[:split], batch.appended)
         if split < len(items):
             first = items[split]
-            self._restart_all(channel, first.epoch, Cursor(first.epoch, first.offset - 1))
-            channel.position = Cursor(first.epoch, first.offset - 1)
-            self._deliver(channel, items[split:], batch.appended)
+            self._restart_all(audience, first.epoch, Cursor(first.epoch, first.offset - 1))
+            audience.position = Cursor(first.epoch, first.offset - 1)
+            self._deliver(audience, items[split:], batch.appended)
 
-    def _dispatch_with_transients(self, channel: Channel, batch: Batch) -> None:
+    def _dispatch_with_transients(self, audience: Audience, batch: Batch) -> None:
         """Items and transient messages, in the order they were sent."""
         items = batch.items
         done = 0
         for before, data in batch.transient:
             before = min(max(before, done), len(items))
             if before > done:
-                self._dispatch(channel, Batch(items[done:before], appended=batch.appended))
+                self._dispatch(audience, Batch(items[done:before], appended=batch.appended))
                 done = before
-            self._send_transient(channel, data)
-        self._dispatch(channel, Batch(items[done:], reset=batch.reset, appended=batch.appended))
+            self._send_transient(audience, data)
+        self._dispatch(audience, Batch(items[done:], reset=batch.reset, appended=batch.appended))
 
-    def _send_transient(self, channel: Channel, data: bytes) -> None:
+    def _send_transient(self, audience: Audience, data: bytes) -> None:
         """A transient message to every live subscription whose format carries them.
 
         Encoded once per format; a connection that cannot take it at once misses it
@@ -536,41 +540,41 @@ class Hub:
         """
         encoded: dict[str, bytes] = {}
         live = SubState.LIVE
-        for sub in channel.subs:
+        for sub in audience.subs:
             transient = sub.fmt.transient
             if sub.state is not live or transient is None or sub.outbox is None:
                 continue
             frame = encoded.get(sub.fmt.name)
             if frame is None:
-                frame = encoded[sub.fmt.name] = transient(channel.feed, data)
+                frame = encoded[sub.fmt.name] = transient(audience.feed, data)
             if frame:  # a message with nothing to say in this format writes nothing
                 sub.outbox.try_write(frame)
 
-    def _restart_all(self, channel: Channel, epoch: int | None, cursor: Cursor) -> None:
+    def _restart_all(self, audience: Audience, epoch: int | None, cursor: Cursor) -> None:
         """End every live subscription of an epoch older than ``epoch`` (None: all)."""
-        for sub in list(channel.subs):
+        for sub in list(audience.subs):
             if sub.state is SubState.LIVE and (epoch is None or sub.position.epoch < epoch):
                 sub.restarted(cursor)
                 self.metrics.epoch_restarts.inc()
 
-    def _deliver(self, channel: Channel, items: list[StoredItem], appended: float = 0.0) -> None:
+    def _deliver(self, audience: Audience, items: list[StoredItem], appended: float = 0.0) -> None:
         """Offer a batch to every live subscription: encoded once per format, shared.
 
         ``appended`` is the wall-clock time the newest item was appended (0: unknown).
         """
         started = time.perf_counter()
-        last = channel.position = items[-1].cursor
+        last = audience.position = items[-1].cursor
         encoded: dict[str, _Encoded] = {}
         live = SubState.LIVE
         # Over a copy: a subscription taken off the live path tells its owner at once
         # (Subscription.notify), which may close it, and so leave the set, meanwhile.
-        for sub in tuple(channel.subs):
+        for sub in tuple(audience.subs):
             if sub.state is not live:
                 continue
             enc = encoded.get(sub.fmt.name)
             if enc is None:
                 enc = encoded[sub.fmt.name] = _Encoded(
-                    sub.fmt.transport, self._encode(channel, sub.fmt, items, last)
+                    sub.fmt.transport, self._encode(audience, sub.fmt, items, last)
                 )
             if not enc.chunks:  # a stateful format without an encoder here: catch up
                 sub.overflow()
@@ -584,11 +588,11 @@ class Hub:
                     break
             else:
                 enc.taken += 1
-        if channel.encoders:
+        if audience.encoders:
             # An encoder no live subscriber used this batch did not advance: drop it
             # (a subscriber catching up brings its own).
-            for name in [n for n in channel.encoders if n not in encoded]:
-                del channel.encoders[name]
+            for name in [n for n in audience.encoders if n not in encoded]:
+                del audience.encoders[name]
         # Metrics once per batch (per format), not per subscriber.
         delivered = 0
         for enc in encoded.values():
@@ -606,28 +610,28 @@ class Hub:
             self._delivery_lag.observe(max(0.0, time.time() - appended))
 
     def _encode(
-        self, channel: Channel, fmt: Format, items: list[StoredItem], last: Cursor
+        self, audience: Audience, fmt: Format, items: list[StoredItem], last: Cursor
     ) -> list[Chunk]:
         """Encode a batch once, in chunks of at most ``offer_chunk_bytes`` (whole frames).
 
         Chunks keep every write within a connection's byte bound: a connection that
         takes everything at once gets the chunks back to back.  A stateful format is
-        framed by the channel's encoder (items at or before its position get no frames:
+        framed by the audience's encoder (items at or before its position get no frames:
         every live subscriber of it is past them); without one (or with one of another
         epoch) there is nothing to offer: ``[]``.  ``last`` is ``items[-1].cursor``,
         built once by the caller and shared by the last chunk.
         """
-        feed = channel.feed
+        feed = audience.feed
         if fmt.encoder is None:
             frames = [fmt.frame(feed, item) for item in items]
         else:
-            entry = channel.encoders.get(fmt.name)
+            entry = audience.encoders.get(fmt.name)
             if entry is None or entry[1].epoch != items[0].epoch:
-                channel.encoders.pop(fmt.name, None)
+                audience.encoders.pop(fmt.name, None)
                 return []
             encoder, at = entry
             frames = [b"" if item.cursor <= at else encoder.frame(feed, item) for item in items]
-            channel.encoders[fmt.name] = (encoder, max(at, last))
+            audience.encoders[fmt.name] = (encoder, max(at, last))
         limit = self.offer_chunk_bytes
         chunks: list[Chunk] = []
         start = size = 0

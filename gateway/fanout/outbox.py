@@ -15,7 +15,7 @@ from typing import Protocol
 
 
 class Writer(Protocol):
-    """The port through which fan-out writes to one connection (the transport adapter,
+    """The port through which fan-out writes to one connection (the connection's stream,
     ``gateway.net.server.Stream.writer``, provides it).
 
     A write never blocks: what the connection cannot send at once is buffered, and
@@ -39,7 +39,7 @@ class Writer(Protocol):
 class NodeBudget:
     """The bound on outbound bytes buffered by the whole node.
 
-    Each outbox counts what its transport holds after its last write.  The sum can be
+    Each outbox counts what its connection holds unsent after its last write.  The sum can be
     stale high (a buffer may have drained since); it is recomputed exactly only when it
     looks exceeded, which costs one pass over the outboxes that hold anything.
     """

@@ -13,7 +13,7 @@ from functools import cache
 from importlib import resources
 
 from gateway.errors import NotFound
-from gateway.http.services import Services
+from gateway.http.route_context import RouteContext
 from gateway.net.server import Request, Responder
 
 #: Content types by file suffix; files of other types are not served.
@@ -46,32 +46,32 @@ def files() -> dict[str, tuple[bytes, bytes]]:
     return found
 
 
-def _serve(services: Services, responder: Responder, name: str) -> None:
-    if not services.settings.console or name not in files():
+def _serve(context: RouteContext, responder: Responder, name: str) -> None:
+    if not context.settings.console or name not in files():
         raise NotFound(NO_SUCH_FILE)
     content_type, body = files()[name]
     responder.send(200, body, content_type, headers=list(HEADERS))
 
 
 async def page(
-    services: Services, request: Request, responder: Responder, params: dict[str, str]
+    context: RouteContext, request: Request, responder: Responder, params: dict[str, str]
 ) -> None:
     """``GET /console/``: the page."""
-    _serve(services, responder, INDEX)
+    _serve(context, responder, INDEX)
 
 
 async def asset(
-    services: Services, request: Request, responder: Responder, params: dict[str, str]
+    context: RouteContext, request: Request, responder: Responder, params: dict[str, str]
 ) -> None:
     """``GET /console/<name>``: one of the page's files (or the client's types)."""
-    _serve(services, responder, params["name"])
+    _serve(context, responder, params["name"])
 
 
 async def redirect(
-    services: Services, request: Request, responder: Responder, params: dict[str, str]
+    context: RouteContext, request: Request, responder: Responder, params: dict[str, str]
 ) -> None:
     """``GET /console``: to ``/console/``, so that the page's relative URLs resolve."""
-    if not services.settings.console:
+    if not context.settings.console:
         raise NotFound(NO_SUCH_FILE)
     # Relative, so that it also holds behind a proxy that serves the gateway under a path.
     responder.send(308, b"", b"text/plain", headers=[(b"location", b"console/")])

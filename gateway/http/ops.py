@@ -10,40 +10,40 @@ from importlib import resources
 import msgspec
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from gateway.http.services import Services
+from gateway.http.route_context import RouteContext
 from gateway.net.server import Request, Responder
 
 _OPENAPI = resources.files("gateway.schemas").joinpath("gateway.openapi.json").read_bytes()
 
 
 async def healthz(
-    services: Services, request: Request, responder: Responder, params: dict[str, str]
+    context: RouteContext, request: Request, responder: Responder, params: dict[str, str]
 ) -> None:
     """The process is alive (does not depend on Redis)."""
     responder.send(200, b'{"status":"ok"}')
 
 
 async def readyz(
-    services: Services, request: Request, responder: Responder, params: dict[str, str]
+    context: RouteContext, request: Request, responder: Responder, params: dict[str, str]
 ) -> None:
     """The node can serve: the store answers, its readers progress, it is not draining.
 
     The body also says how many connections the node holds (``connections``: streams,
     client TCP connections, the open-files limit; gateway/net/capacity.py)."""
-    ok, why = await services.ready()
+    ok, why = await context.ready()
     answer: dict[str, object] = {"status": "ready" if ok else "not_ready", "reason": why}
-    if services.capacity is not None:
-        answer["connections"] = await services.capacity.snapshot()
+    if context.capacity is not None:
+        answer["connections"] = await context.capacity.snapshot()
     responder.send(200 if ok else 503, msgspec.json.encode(answer))
 
 
 async def metrics(
-    services: Services, request: Request, responder: Responder, params: dict[str, str]
+    context: RouteContext, request: Request, responder: Responder, params: dict[str, str]
 ) -> None:
-    responder.send(200, generate_latest(services.metrics.registry), CONTENT_TYPE_LATEST.encode())
+    responder.send(200, generate_latest(context.metrics.registry), CONTENT_TYPE_LATEST.encode())
 
 
 async def openapi(
-    services: Services, request: Request, responder: Responder, params: dict[str, str]
+    context: RouteContext, request: Request, responder: Responder, params: dict[str, str]
 ) -> None:
     responder.send(200, _OPENAPI)

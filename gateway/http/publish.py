@@ -9,14 +9,14 @@ import msgspec
 from gateway.auth import Principal
 from gateway.cursor import Cursor
 from gateway.errors import Forbidden, UnsupportedMediaType
-from gateway.http.services import Services
+from gateway.http.route_context import RouteContext
 from gateway.limits import PublishRate
 from gateway.net.server import Request, Responder
 from gateway.publisher import Via
 
 
 def start_publish(
-    services: Services, request: Request, may_publish: Callable[[Principal], object]
+    context: RouteContext, request: Request, may_publish: Callable[[Principal], object]
 ) -> tuple[Principal, PublishRate]:
     """The checks every HTTP publish route makes, in order: a token with the ``publish``
     scope (403), ``may_publish`` (raises NotFound for a feed outside the token's claims),
@@ -24,16 +24,16 @@ def start_publish(
     hands to the publisher (``rate=``): HTTP publishing is what the rate limits (D4.5),
     taken with the items in the store's append step (docs/storage.md).
     """
-    principal = services.principal(request)
+    principal = context.principal(request)
     if "publish" not in principal.scopes:
         raise Forbidden("token lacks the publish scope")
     may_publish(principal)
     try:
         request.require_json()
     except UnsupportedMediaType as exc:
-        services.publisher.reject(exc, Via.HTTP)
+        context.publisher.reject(exc, Via.HTTP)
         raise
-    return principal, services.publish_rate
+    return principal, context.publish_rate
 
 
 def send_cursors(responder: Responder, cursors: Sequence[Cursor | None]) -> None:

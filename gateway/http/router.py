@@ -2,7 +2,7 @@
 
 A :class:`Route` names a path template (the OpenAPI path, ``{param}`` for one segment),
 the handler of each method, and how other methods are refused.  Every handler gets the
-node's :class:`~gateway.http.services.Services`, the request, the responder and the path
+node's :class:`~gateway.http.route_context.RouteContext`, the request, the responder and the path
 parameters.  The router sets ``request.route`` to the matched route's name, which labels
 the HTTP metrics.
 """
@@ -14,10 +14,10 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gateway.errors import MethodNotAllowed, NotFound
-from gateway.http.services import Services
+from gateway.http.route_context import RouteContext
 from gateway.net.server import Request, Responder
 
-Handler = Callable[[Services, Request, Responder, dict[str, str]], Awaitable[None]]
+Handler = Callable[[RouteContext, Request, Responder, dict[str, str]], Awaitable[None]]
 
 #: The ``route`` label of requests no route matched.
 UNMATCHED = "other"
@@ -73,9 +73,9 @@ class Route:
 class Router:
     """Serves ``routes`` in order; the first whose template matches the path wins."""
 
-    def __init__(self, routes: Sequence[Route], services: Services) -> None:
+    def __init__(self, routes: Sequence[Route], context: RouteContext) -> None:
         self.routes = tuple(routes)
-        self.services = services
+        self.context = context
 
     def match(self, path: str) -> tuple[Route, dict[str, str]] | None:
         for route in self.routes:
@@ -85,13 +85,13 @@ class Router:
         return None
 
     async def __call__(self, request: Request, responder: Responder) -> None:
-        services = self.services
+        context = self.context
         matched = self.match(request.path)
         if matched is None:
             request.route = UNMATCHED
             if request.path.startswith("/v1/"):
                 # Every /v1 route authenticates first (seed rule 1), unknown ones too.
-                services.principal(request)
+                context.principal(request)
             elif request.method not in ("GET", "HEAD"):
                 raise MethodNotAllowed("only GET is served here", allow="GET, HEAD")
             raise NotFound("no such route")
@@ -101,10 +101,10 @@ class Router:
         if handler is not None:
             if request.method in route.streams:
                 with responder.cancelled_on_loss():
-                    await handler(services, request, responder, params)
+                    await handler(context, request, responder, params)
             else:
-                await handler(services, request, responder, params)
-        elif request.method == "OPTIONS" and route.preflight and services.cors.enabled:
-            services.cors.preflight(request, responder, route.preflight)
+                await handler(context, request, responder, params)
+        elif request.method == "OPTIONS" and route.preflight and context.cors.enabled:
+            context.cors.preflight(request, responder, route.preflight)
         else:
             raise MethodNotAllowed(route.refuse, allow=route.allow)

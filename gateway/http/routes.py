@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from gateway.http import aisdk, console, dialects, feeds, ops, runs, teams, websocket
+from gateway.http import (
+    ai_sdk_streams,
+    console,
+    dialect_events,
+    feed_listing,
+    ops,
+    run_feeds,
+    teams,
+    websocket,
+)
 from gateway.http.router import Route
 
 FOLLOW_OR_PUBLISH = "use GET to follow or POST to publish"
@@ -19,37 +28,37 @@ ROUTES: tuple[Route, ...] = (
     Route(
         "run_agui",
         "/v1/threads/{thread_id}/runs/{run_id}/ui/ag-ui",
-        {"GET": runs.follow, "POST": runs.publish},
+        {"GET": run_feeds.follow, "POST": run_feeds.publish},
         FOLLOW_OR_PUBLISH,
         preflight=b"GET",
     ),
     Route(
         "run_ai_sdk",
         "/v1/threads/{thread_id}/runs/{run_id}/ui/ai-sdk",
-        {"GET": aisdk.follow},
+        {"GET": ai_sdk_streams.follow},
         ONLY_GET,
         preflight=b"GET",
     ),
     Route(
         "run_events",
         "/v1/threads/{thread_id}/runs/{run_id}/events",
-        {"GET": runs.follow_stream, "POST": runs.publish_stream},
+        {"GET": run_feeds.follow_stream, "POST": run_feeds.publish_stream},
         FOLLOW_OR_PUBLISH,
         preflight=b"GET",
     ),
     Route(
         "agui_attach",
         "/v1/ui/ag-ui/{agent}",
-        {"POST": runs.attach},
+        {"POST": run_feeds.attach},
         "use POST with a RunAgentInput",
         preflight=b"POST",
         streams=frozenset({"POST"}),
     ),
-    Route("feeds", "/v1/feeds", {"GET": feeds.list_feeds}, ONLY_GET, preflight=b"GET"),
+    Route("feeds", "/v1/feeds", {"GET": feed_listing.list_feeds}, ONLY_GET, preflight=b"GET"),
     Route(
         "ai_sdk_reconnect",
         "/v1/ui/ai-sdk/{agent}/{chat_id}/stream",
-        {"GET": aisdk.reconnect},
+        {"GET": ai_sdk_streams.reconnect},
         ONLY_GET,
         preflight=b"GET",
     ),
@@ -62,13 +71,13 @@ ROUTES: tuple[Route, ...] = (
     Route(
         "sparktide_events",
         "/v1/sparktide/events",
-        {"POST": dialects.publish_sparktide},
+        {"POST": dialect_events.publish_sparktide},
         "use POST to publish SparkTide events",
     ),
     Route(
         "run_a2ui",
         "/v1/threads/{thread_id}/runs/{run_id}/a2ui",
-        {"POST": dialects.publish_a2ui},
+        {"POST": dialect_events.publish_a2ui},
         "use POST to publish A2UI messages",
     ),
     Route("healthz", "/healthz", {"GET": ops.healthz}, ONLY_GET, public=True),

@@ -20,10 +20,10 @@ from gateway.fanout.outbox import Outbox
 from gateway.fanout.policy import Overflows
 from gateway.fanout.subscription import SubState
 from gateway.feed import FeedKey
-from gateway.http.services import Services
+from gateway.http.route_context import RouteContext
 from gateway.net import logcontext
 from gateway.net.server import Request, Responder, Stream, connection_id
-from gateway.wire import sse
+from gateway.wire import event_stream
 from gateway.wire.format import Format
 
 log = structlog.get_logger("gateway.sse")
@@ -45,7 +45,7 @@ class _Open:
 
 
 async def serve(
-    services: Services,
+    context: RouteContext,
     request: Request,
     responder: Responder,
     principal: Principal,
@@ -67,23 +67,23 @@ async def serve(
     route to answer with their status.
     """
     # Refused (429) before the stream starts; the lease is given back on every exit.
-    with services.limits.acquire(principal.tenant):
-        driver = services.driver(Overflows())
+    with context.limits.acquire(principal.tenant):
+        driver = context.driver(Overflows())
         try:
             sub = await driver.open(feed, cursor, fmt, after_piece=after_piece)
         except NotFound:
             raise NotFound(not_found) from None
         try:
             if if_ended is not None and sub.state is SubState.ENDED:
-                responder.send(if_ended, b"", headers=services.cors.headers(request))
+                responder.send(if_ended, b"", headers=context.cors.headers(request))
                 return
-            await _stream(services, request, responder, principal, driver)
+            await _stream(context, request, responder, principal, driver)
         finally:
             driver.close()
 
 
 async def _stream(
-    services: Services,
+    context: RouteContext,
     request: Request,
     responder: Responder,
     principal: Principal,
@@ -91,17 +91,17 @@ async def _stream(
 ) -> None:
     sub = driver.sub
     assert sub is not None
-    settings, metrics = services.settings, services.metrics
+    settings, metrics = context.settings, context.metrics
     # The head goes out with the stream's first bytes (the prelude, the join's page,
     # or alone before the first wait): see Driver.advance's lead.
     stream: Stream = responder.stream(
-        200, sub.fmt.headers + services.cors.headers(request), hold_head=True
+        200, sub.fmt.headers + context.cors.headers(request), hold_head=True
     )
     head = stream.take_head()
-    outbox = Outbox(stream.writer(), settings.max_queue_bytes, services.hub.budget)
+    outbox = Outbox(stream.writer(), settings.max_queue_bytes, context.hub.budget)
     driver.attach(outbox)
     registered = _Open(driver)
-    services.connections.add(registered)
+    context.connections.add(registered)
     # Every log line of this connection's task carries its context.
     with logcontext.bound(
         conn_id=connection_id(),
@@ -121,7 +121,7 @@ async def _stream(
                 expires_at=principal.expires_at,
                 # Through the outbox, so a keepalive never passes the bound; when it is
                 # refused the client has unread data anyway.
-                idle=lambda: outbox.try_write(sse.KEEPALIVE),
+                idle=lambda: outbox.try_write(event_stream.KEEPALIVE),
                 lead=head,
             )
             if reason is EndReason.ERROR and driver.error is not None and sub.fmt.error:
@@ -134,11 +134,11 @@ async def _stream(
             # The client went away (its connection was lost), or the node is draining or
             # stopping (it closed the connection itself).  Nothing else ends the body
             # early: no write can (server.body_writer), only stream.end() below.
-            stopping = services.hub.draining or stream.server_stopping
+            stopping = context.hub.draining or stream.server_stopping
             reason = EndReason.SHUTDOWN if stopping else EndReason.CLIENT
             raise
         finally:
-            services.connections.discard(registered)
+            context.connections.discard(registered)
             outbox.release()
             metrics.connections.labels(TRANSPORT).dec()
             metrics.disconnects.labels(TRANSPORT, reason.value).inc()

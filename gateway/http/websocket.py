@@ -30,7 +30,7 @@ from gateway.fanout.driver import Driver, EndReason
 from gateway.fanout.outbox import Outbox
 from gateway.fanout.policy import Overflows
 from gateway.fanout.subscription import Subscription
-from gateway.http.services import Services
+from gateway.http.route_context import RouteContext
 from gateway.net import logcontext, ws_handshake
 from gateway.net.server import Request, Responder, Stream, connection_id
 from gateway.net.tasks import OwnedTasks
@@ -98,7 +98,7 @@ class Socket:
 
     def __init__(
         self,
-        services: Services,
+        context: RouteContext,
         *,
         principal: Principal,
         stream: Stream,
@@ -107,13 +107,13 @@ class Socket:
         #: This connection's id in the logs, and the client's address.
         self.conn_id = connection_id()
         self.remote = remote
-        self.services = services
-        self.settings = services.settings
+        self.context = context
+        self.settings = context.settings
         self.stream = stream
         self.session = Session(
-            principal, services.settings, services.auth.verify, clock=anyio.current_time
+            principal, context.settings, context.auth.verify, clock=anyio.current_time
         )
-        self.outbox = Outbox(stream.writer(), self.settings.max_queue_bytes, services.hub.budget)
+        self.outbox = Outbox(stream.writer(), self.settings.max_queue_bytes, context.hub.budget)
         self.entries: dict[str, _Entry] = {}
         self._overflows = Overflows()
         #: The tasks driving entries (one per entry at most), while run() runs.
@@ -164,7 +164,7 @@ class Socket:
                 left.end()
         elif isinstance(action, Reschedule):
             now = anyio.current_time()
-            self.services.connections.schedule(self, self.session.next_due(now, time.time()))
+            self.context.connections.schedule(self, self.session.next_due(now, time.time()))
         elif isinstance(action, Abort):
             self.log().info(f"{action.why}: closing", **action.detail)
             self.stream.abort()
@@ -197,7 +197,7 @@ class Socket:
         Runs as the entry's task: :meth:`_Entry.end` cancels it.
         """
         name = entry.name
-        driver = self.services.driver(self._overflows)
+        driver = self.context.driver(self._overflows)
         try:
             sub = await driver.open(join.key, join.cursor, join.fmt, after_piece=join.piece)
         except GatewayError as exc:
@@ -320,23 +320,23 @@ class Socket:
 
 
 async def upgrade(
-    services: Services, request: Request, responder: Responder, params: dict[str, str]
+    context: RouteContext, request: Request, responder: Responder, params: dict[str, str]
 ) -> None:
     """``GET /v1/ws``: check the handshake, Origin, subprotocol and the one credential
     (:func:`ws_handshake.negotiate`, before any token is verified), verify the token,
     and hand over to a Socket.  Every refusal is an HTTP error answer; the parser
     closes the connection after it (an Upgrade that is not switched ends it)."""
-    settings, metrics = services.settings, services.metrics
-    if services.hub.draining:
+    settings, metrics = context.settings, context.metrics
+    if context.hub.draining:
         raise Unavailable("this node is draining: reconnect to another")
     origins = [o.strip() for o in settings.ws_origins.split(",") if o.strip()]
     handshake = ws_handshake.negotiate(request.headers, request.http11, origins)
-    principal = services.auth.verify(handshake.token)
+    principal = context.auth.verify(handshake.token)
     principal.require_subscribe()
     accept = handshake.accept
     # Refused (429) before the upgrade; the lease is given back on every exit path
     # (client gone, errors, cancellation).
-    with services.limits.acquire(principal.tenant):
+    with context.limits.acquire(principal.tenant):
         socket: Socket | None = None
         pending: list[bytes] = []
 
@@ -355,8 +355,8 @@ async def upgrade(
         stream.write_nowait(ws_handshake.response(accept, ws.SUBPROTOCOL))
         # Idle sockets are many: keep nothing of the handshake alive.
         request.headers.clear()
-        socket = Socket(services, principal=principal, stream=stream, remote=remote)
-        services.connections.add_timed(socket, socket.next_due(anyio.current_time(), time.time()))
+        socket = Socket(context, principal=principal, stream=stream, remote=remote)
+        context.connections.add_timed(socket, socket.next_due(anyio.current_time(), time.time()))
         metrics.connections.labels(TRANSPORT).inc()
         metrics.connects.labels(TRANSPORT).inc()
         # The socket's own lines carry its context via Socket.log(); this binds it
@@ -370,7 +370,7 @@ async def upgrade(
             finally:
                 # Also when the transport's loss cancelled us: the reason is what
                 # the server decided before closing, if anything.
-                services.connections.discard(socket)
+                context.connections.discard(socket)
                 metrics.connections.labels(TRANSPORT).dec()
                 code = socket.final_code()
                 # A node stopping without a drain closes its sockets itself: its end,

@@ -126,7 +126,7 @@ def _chunk(data: bytes) -> tuple[bytes, bytes, bytes]:
     return b"%x\r\n" % len(data), data, b"\r\n"
 
 
-class TransportWriter:
+class SocketWriter:
     """The fan-out's writer port (``gateway.fanout.outbox.Writer``) on an asyncio
     transport, in a body's framing.
 
@@ -192,14 +192,14 @@ class Stream:
         else:
             transport.write(lead + data)
 
-    def writer(self) -> TransportWriter:
+    def writer(self) -> SocketWriter:
         """The fan-out's writer of this body's framing (``gateway.fanout.outbox.Writer``),
         for its hot path: no check that the connection is open; an empty write still
         writes nothing."""
         transport = self._conn.transport
         if transport is None:
             raise anyio.BrokenResourceError
-        return TransportWriter(transport, self._chunked)
+        return SocketWriter(transport, self._chunked)
 
     def buffered(self) -> int:
         """Bytes written but not yet taken by the kernel."""

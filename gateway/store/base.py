@@ -34,7 +34,7 @@ from gateway.cursor import Cursor
 from gateway.errors import IdempotencyKeyReused, Unavailable
 from gateway.feed import AppendResult, FeedKey, FeedKind, FeedState, NewItem, StoredItem
 from gateway.limits import Charge
-from gateway.store.known import KnownPositions
+from gateway.store.last_seen import KnownPositions
 
 
 def epoch_floor(now_ms: int, previous: int) -> int:

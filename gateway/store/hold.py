@@ -31,7 +31,7 @@ class HoldPolicy:
     #: event), and a shorter hold delays each message less.
     HOLD_TARGET = 10.0
     #: Payload bytes handed over at once past which no hold is taken: a read this
-    #: large suggests more is waiting in the socket (the transport reads at most
+    #: large suggests more is waiting in the socket (the event loop reads at most
     #: 256 KiB at a time), and a hold would slow a backlog down to a read per hold.
     LARGE_READ = 64 * 1024
     #: The time constant of the recent rate, in seconds: a few holds long, so that a

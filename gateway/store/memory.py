@@ -35,7 +35,7 @@ from gateway.store.base import (
     push,
 )
 from gateway.store.hold import HoldPolicy
-from gateway.store.known import chain_next
+from gateway.store.last_seen import chain_next
 
 
 class _Feed:

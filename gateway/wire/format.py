@@ -14,7 +14,7 @@ from gateway.agui.fold import RunFold
 from gateway.cursor import Cursor
 from gateway.errors import GatewayError
 from gateway.feed import FeedKey, StoredItem
-from gateway.wire import sse
+from gateway.wire import event_stream
 
 #: Encodes the prelude events (compact JSON each) for a join at a cursor.
 PreludeEncoder = Callable[[FeedKey, Cursor, Sequence[bytes]], bytes]
@@ -125,7 +125,9 @@ class Format:
         self.prelude = prelude
         self.encoder = encoder
         self.prelude_kind = prelude_kind
-        self.headers: list[tuple[bytes, bytes]] = list(sse.HEADERS if headers is None else headers)
+        self.headers: list[tuple[bytes, bytes]] = list(
+            event_stream.HEADERS if headers is None else headers
+        )
         self.error = error
 
     def __repr__(self) -> str:

@@ -11,18 +11,18 @@ from gateway.cursor import Cursor, encode_cursor
 from gateway.dialects import a2ui
 from gateway.feed import FeedKey, StoredItem
 from gateway.runstream import stored_kind, stored_seq
-from gateway.wire import sse, ws
+from gateway.wire import event_stream, ws
 from gateway.wire.format import A2UI_PRELUDE, Format
 from gateway.wire.teamitem import epoch_restarted_item, team_item
 
 
 def _team_sse_frame(feed: FeedKey, item: StoredItem) -> bytes:
     epoch, offset = item.epoch, item.offset
-    return sse.message(team_item(epoch, offset, item.data), encode_cursor(epoch, offset))
+    return event_stream.message(team_item(epoch, offset, item.data), encode_cursor(epoch, offset))
 
 
 def _team_sse_restart(feed: FeedKey, cursor: Cursor) -> bytes:
-    return sse.message(epoch_restarted_item(cursor), cursor.encode())
+    return event_stream.message(epoch_restarted_item(cursor), cursor.encode())
 
 
 def _team_ws_frame(feed: FeedKey, item: StoredItem) -> bytes:
@@ -43,13 +43,13 @@ TEAM_WS = Format("team-ws", _team_ws_frame, _ws_restart, transport="ws")
 
 def _run_sse_frame(feed: FeedKey, item: StoredItem) -> bytes:
     # A run item's payload is the AG-UI event as compact one-line JSON.
-    return sse.message(item.data, encode_cursor(item.epoch, item.offset))
+    return event_stream.message(item.data, encode_cursor(item.epoch, item.offset))
 
 
 def _run_sse_restart(feed: FeedKey, cursor: Cursor) -> bytes:
     # D7: epoch_restarted as a CUSTOM event whose value holds the new cursor; its id is
     # that cursor, so an EventSource that reconnects by itself resumes from it.
-    return sse.message(run_restart_event(cursor), cursor.encode())
+    return event_stream.message(run_restart_event(cursor), cursor.encode())
 
 
 def run_restart_event(cursor: Cursor) -> bytes:
@@ -86,7 +86,7 @@ def run_event_type(data: bytes) -> str:
 
 def _run_sse_prelude(feed: FeedKey, joined: Cursor, events: Sequence[bytes]) -> bytes:
     # Prelude events carry no SSE id: the first item after them carries its own (D7).
-    return b"".join(sse.message(event) for event in events)
+    return b"".join(event_stream.message(event) for event in events)
 
 
 def _run_ws_prelude(feed: FeedKey, joined: Cursor, events: Sequence[bytes]) -> bytes:
@@ -113,13 +113,13 @@ RUN_WS = Format("run-ws", _run_ws_frame, _ws_restart, transport="ws", prelude=_r
 def _stream_frame(feed: FeedKey, item: StoredItem) -> bytes:
     # Committed events carry their seq as the SSE id; the final result carries none.
     seq = stored_seq(item.data)
-    return sse.message(item.data, None if seq is None else str(seq).encode())
+    return event_stream.message(item.data, None if seq is None else str(seq).encode())
 
 
 def _stream_restart(feed: FeedKey, cursor: Cursor) -> bytes:
     # The seed's run stream has no epochs: the stream just ends and the client resumes
     # with its last seq.
-    return sse.comment(b"stream restarted: resume with your last seq")
+    return event_stream.comment(b"stream restarted: resume with your last seq")
 
 
 def _stream_ends(item: StoredItem) -> bool:
@@ -127,7 +127,7 @@ def _stream_ends(item: StoredItem) -> bool:
 
 
 def _stream_transient(feed: FeedKey, data: bytes) -> bytes:
-    return sse.message(data)
+    return event_stream.message(data)
 
 
 #: The threads run stream (D7b): SseMessages, ``id: <seq>`` on committed events,

@@ -11,7 +11,7 @@ from typing import Final
 
 from gateway.errors import InvalidRequest
 from gateway.feed import FeedKind
-from gateway.wire.aisdk import AI_SDK_WS
+from gateway.wire.ai_sdk_formats import AI_SDK_WS
 from gateway.wire.format import Format
 from gateway.wire.formats import RUN_A2UI_WS, RUN_WS, TEAM_WS
 

@@ -111,4 +111,4 @@ async def test_a_node_that_never_saw_the_start_builds_the_exact_prelude(
         for event in events[:trimmed_at]:
             expected.apply(event)
         assert await prelude_at(client, None) == expected.prelude(THREAD, RUN)
-        assert b.services.folds.items_folded < len(events) - trimmed_at + 10
+        assert b.context.folds.items_folded < len(events) - trimmed_at + 10

@@ -11,11 +11,11 @@ import pytest
 from gateway.agui.events import REQUIRED
 from gateway.agui.fold import RunFold
 from gateway.cursor import Cursor
-from gateway.dialects import ai_sdk_projection
-from gateway.dialects.ai_sdk import MAPPING, AiSdkTranslator, compact, message_id
-from gateway.dialects.ai_sdk_parts import TextPart, ToolPart, build
-from gateway.dialects.ai_sdk_projection import Projection, project
-from gateway.dialects.ai_sdk_wire import encode_chunk, restart_chunk
+from gateway.dialects.ai_sdk import projection
+from gateway.dialects.ai_sdk.framing import encode_chunk, restart_chunk
+from gateway.dialects.ai_sdk.parts import TextPart, ToolPart, build
+from gateway.dialects.ai_sdk.projection import Projection, project
+from gateway.dialects.ai_sdk.translator import MAPPING, AiSdkTranslator, compact, message_id
 from gateway.validate import fast_component_validator
 from tests.dialects.runs import RUN, RUNS, THREAD, long_run
 
@@ -462,13 +462,13 @@ def test_content_and_local_events_do_not_project_the_whole_fold(
         t,
     )
     scans: list[int] = []
-    original = ai_sdk_projection._Scan
+    original = projection._Scan
 
     def counting(fold: RunFold, start: int, *rest: Any) -> Any:
         scans.append(start)
         return original(fold, start, *rest)
 
-    monkeypatch.setattr(ai_sdk_projection, "_Scan", counting)
+    monkeypatch.setattr(projection, "_Scan", counting)
     assert t.translate({"type": "TEXT_MESSAGE_CHUNK", "delta": "b"}) == [
         {"type": "text-delta", "id": "c", "delta": "b"}
     ]

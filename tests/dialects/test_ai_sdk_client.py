@@ -29,8 +29,8 @@ import pytest
 
 from gateway.agui.fold import RunFold
 from gateway.cursor import Cursor
-from gateway.dialects.ai_sdk import AiSdkTranslator, compact, message_id
-from gateway.dialects.ai_sdk_wire import DONE, event_frames, restart_frame, unnumbered_frames
+from gateway.dialects.ai_sdk.framing import DONE, event_frames, restart_frame, unnumbered_frames
+from gateway.dialects.ai_sdk.translator import AiSdkTranslator, compact, message_id
 from tests.agui.runs import NESTED
 from tests.dialects.runs import APPROVAL, RUN, RUNS, THREAD
 

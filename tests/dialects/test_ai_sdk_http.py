@@ -27,7 +27,7 @@ import httpx
 import pytest
 
 from gateway.app import Gateway
-from gateway.dialects.ai_sdk import AiSdkTranslator, message_id
+from gateway.dialects.ai_sdk.translator import AiSdkTranslator, message_id
 from tests.agui.runs import NESTED, RUN
 from tests.dialects.runs import APPROVAL
 from tests.support.jsprocess import Duplex, duplex, js_packages, node_executable

@@ -17,8 +17,8 @@ import pytest
 from gateway.agui.events import encode
 from gateway.agui.fold import RunFold
 from gateway.cursor import Cursor
-from gateway.dialects.ai_sdk import AiSdkTranslator, compact
-from gateway.dialects.ai_sdk_wire import DONE, event_frames, unnumbered_frames
+from gateway.dialects.ai_sdk.framing import DONE, event_frames, unnumbered_frames
+from gateway.dialects.ai_sdk.translator import AiSdkTranslator, compact
 from gateway.errors import InvalidCursor, NotFound, Unavailable
 from gateway.fanout.driver import Driver, EndReason, needs_prelude
 from gateway.fanout.foldcache import BLOCK, FoldCache
@@ -28,9 +28,9 @@ from gateway.fanout.policy import MAX_CATCHUPS, Overflows
 from gateway.fanout.subscription import Subscription, SubState
 from gateway.feed import FeedKey, NewItem, StoredItem, run_feed, team_feed
 from gateway.metrics import Metrics
-from gateway.net.server import TransportWriter
+from gateway.net.server import SocketWriter
 from gateway.store.memory import MemoryStore
-from gateway.wire.aisdk import AI_SDK_SSE
+from gateway.wire.ai_sdk_formats import AI_SDK_SSE
 from gateway.wire.format import Format
 from gateway.wire.formats import RUN_SSE, RUN_WS, TEAM_SSE, TEAM_WS
 from tests.agui.runs import NESTED, RUN, THREAD
@@ -63,8 +63,8 @@ class FakeStream:
     def __init__(self) -> None:
         self.transport = FakeTransport()
 
-    def writer(self) -> TransportWriter:
-        return TransportWriter(self.transport, chunked=False)  # type: ignore[arg-type]
+    def writer(self) -> SocketWriter:
+        return SocketWriter(self.transport, chunked=False)  # type: ignore[arg-type]
 
 
 class Sink:
@@ -161,7 +161,7 @@ async def test_a_missing_feed_and_a_bad_cursor_are_refused_before_anything_is_se
         await node.driver().open(feed, Cursor(items[0].epoch, 3), TEAM_SSE)
     with pytest.raises(InvalidCursor):
         await node.driver().open(feed, Cursor(items[0].epoch + 1, 0), TEAM_SSE)
-    assert feed not in node.hub.channels  # nothing left registered
+    assert feed not in node.hub.audiences  # nothing left registered
 
 
 async def test_history_then_live_each_item_once_in_order(node: Node) -> None:
@@ -177,7 +177,7 @@ async def test_history_then_live_each_item_once_in_order(node: Node) -> None:
     await until(lambda: len(stream.transport.written) >= len(expected), 5, "the live items")
     assert bytes(stream.transport.written) == expected
     driver.close()
-    assert feed not in node.hub.channels
+    assert feed not in node.hub.audiences
 
 
 async def test_an_older_epoch_gets_the_restart_frame_and_ends(node: Node) -> None:
@@ -490,8 +490,8 @@ async def test_a_stateful_format_from_the_start_and_live_shares_one_encoder(node
     b, sink_b, stream_b = await open_live(node, feed, None, AI_SDK_SSE)
     assert await a.advance(sink_a) is None and await b.advance(sink_b) is None
     assert bytes(sink_a.written) == bytes(sink_b.written) == ai_sdk_stream(NESTED[:half], items)
-    channel = node.hub.channels[feed]
-    assert list(channel.encoders) == ["ai-sdk-sse"]  # one encoder for both
+    audience = node.hub.audiences[feed]
+    assert list(audience.encoders) == ["ai-sdk-sse"]  # one encoder for both
     rest = await node.store.append(
         feed, [NewItem(None, encode(e)) for e in NESTED[half:]], retention=10_000, align=BLOCK
     )
@@ -502,9 +502,9 @@ async def test_a_stateful_format_from_the_start_and_live_shares_one_encoder(node
     assert bytes(stream_a.transport.written) == bytes(stream_b.transport.written) == live
     assert live.endswith(DONE)
     a.close()
-    assert list(channel.encoders) == ["ai-sdk-sse"]  # b still follows
+    assert list(audience.encoders) == ["ai-sdk-sse"]  # b still follows
     b.close()
-    assert feed not in node.hub.channels
+    assert feed not in node.hub.audiences
 
 
 @pytest.mark.parametrize("cut", [3, 7, 12])

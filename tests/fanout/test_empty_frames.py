@@ -22,14 +22,14 @@ from hypothesis import strategies as st
 from gateway.agui.events import encode
 from gateway.agui.fold import RunFold
 from gateway.cursor import Cursor
-from gateway.fanout.hub import Channel, Hub
+from gateway.fanout.hub import Audience, Hub
 from gateway.fanout.outbox import NodeBudget, Outbox
 from gateway.fanout.subscription import Chunk, Subscription, SubState
 from gateway.feed import FeedKey, StoredItem, run_feed
 from gateway.metrics import Metrics
-from gateway.net.server import TransportWriter
+from gateway.net.server import SocketWriter
 from gateway.store.memory import MemoryStore
-from gateway.wire.aisdk import AI_SDK_SSE, AI_SDK_WS
+from gateway.wire.ai_sdk_formats import AI_SDK_SSE, AI_SDK_WS
 from gateway.wire.format import Encoder, Format
 from gateway.wire.formats import RUN_A2UI_WS, RUN_SSE, RUN_WS
 from tests.agui.runs import CHUNKS, NESTED, RUN, THREAD
@@ -104,8 +104,8 @@ class Connection:
         self.transport = transport
         self.chunked = chunked
 
-    def writer(self) -> TransportWriter:
-        return TransportWriter(self.transport, self.chunked)  # type: ignore[arg-type]
+    def writer(self) -> SocketWriter:
+        return SocketWriter(self.transport, self.chunked)  # type: ignore[arg-type]
 
 
 def live_sub(fmt: Format, start: Cursor) -> tuple[Subscription, RecordingTransport]:
@@ -139,12 +139,12 @@ def test_a_transient_message_with_nothing_to_say_in_a_format_writes_nothing() ->
     # Raw writes (as on a WebSocket): an empty one would show here as b"".
     fmt = Format("quiet", RUN_WS.frame, RUN_WS.restart, transport="ws", transient=transient)
     hub = Hub(MemoryStore(), MemoryStore(), Metrics())
-    channel = Channel(FEED, Cursor(EPOCH, 0))
+    audience = Audience(FEED, Cursor(EPOCH, 0))
     sub, transport = live_sub(fmt, Cursor(EPOCH, 0))
-    channel.subs.add(sub)
-    hub._send_transient(channel, b"")
+    audience.subs.add(sub)
+    hub._send_transient(audience, b"")
     assert transport.writes == []
-    hub._send_transient(channel, b"x")
+    hub._send_transient(audience, b"x")
     assert transport.writes == [b"x"]
 
 
@@ -174,17 +174,17 @@ def test_the_live_path_never_writes_nothing(
     items = stored(events)
     # Small queue bounds cut each batch's shared bytes into many chunks, some of nothing.
     hub = Hub(MemoryStore(), MemoryStore(), Metrics(), max_queue_bytes=queue_bytes)
-    channel = Channel(FEED, Cursor(EPOCH, 0))
+    audience = Audience(FEED, Cursor(EPOCH, 0))
     subs: dict[str, tuple[Subscription, RecordingTransport]] = {}
     for fmt in RUN_FORMATS:
         encoder = encoder_of(fmt)
         if encoder is not None:
-            channel.encoders[fmt.name] = (encoder, Cursor(EPOCH, 0))
+            audience.encoders[fmt.name] = (encoder, Cursor(EPOCH, 0))
         subs[fmt.name] = live_sub(fmt, Cursor(EPOCH, 0))
-        channel.subs.add(subs[fmt.name][0])
+        audience.subs.add(subs[fmt.name][0])
     start = 0
     for stop in cuts:
-        hub._deliver(channel, items[start:stop])
+        hub._deliver(audience, items[start:stop])
         start = stop
     for fmt in RUN_FORMATS:
         sub, transport = subs[fmt.name]

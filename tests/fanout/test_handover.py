@@ -50,13 +50,13 @@ async def test_items_published_inside_the_window_arrive_once(
         node = node_ref[0]
         # This history read reached the live position: without the items published
         # now, the subscription would go live right after this hook.
-        if sub.position >= node.hub.channels[sub.feed].position:  # type: ignore[attr-defined]
+        if sub.position >= node.hub.audiences[sub.feed].position:  # type: ignore[attr-defined]
             windows_forced += 1
         result = await node.backend.feeds.append(sub.feed, [payload(), payload()], retention=10_000)  # type: ignore[attr-defined]
         published_in_hook += 2
         target = result.cursors[-1]
-        channel = node.hub.channels[sub.feed]  # type: ignore[attr-defined]
-        await until(lambda: channel.position >= target, 5, "the reader taking the items")
+        audience = node.hub.audiences[sub.feed]  # type: ignore[attr-defined]
+        await until(lambda: audience.position >= target, 5, "the reader taking the items")
 
     async with start_node(
         url, prefix, history_page=5, hooks=Hooks(after_history_page=after_history_page)
@@ -146,8 +146,8 @@ async def test_items_after_the_page_read_with_the_state_arrive_once(
         sub = await node.hub.open(feed, after, TEAM_SSE)
         assert sub.prefetched is not None and len(sub.prefetched[1]) == history
         later = await feeds.append(feed, [payload(), payload()], retention=100)
-        channel = node.hub.channels[feed]
-        await until(lambda: channel.position >= later.cursors[-1], 5, "the reader taking them")
+        audience = node.hub.audiences[feed]
+        await until(lambda: audience.position >= later.cursors[-1], 5, "the reader taking them")
         written: list[bytes] = []
 
         async def write(data: bytes) -> None:

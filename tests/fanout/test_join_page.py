@@ -1,7 +1,7 @@
 """The page a join reads with its state serves that join's first catch-up round only.
 
 No sockets and no reader task: the embedded store, and the hub driven by hand, so that
-the channel's position lags the store exactly as a busy reader's would.
+the audience's position lags the store exactly as a busy reader's would.
 """
 
 from __future__ import annotations
@@ -34,18 +34,18 @@ async def test_a_join_live_at_once_leaves_its_page_out_of_a_later_catch_up() -> 
     async def write(data: bytes) -> None:
         written.append(data)
 
-    first = await hub.open(feed, None, TEAM_SSE)  # creates the channel at E:1
+    first = await hub.open(feed, None, TEAM_SSE)  # creates the audience at E:1
     await hub.catch_up(first, write)
-    await store.append(feed, new(2), retention=100)  # the store at E:3, the channel at E:1
+    await store.append(feed, new(2), retention=100)  # the store at E:3, the audience at E:1
     sub = await hub.open(feed, Cursor(epoch, 1), TEAM_SSE)
     assert sub.prefetched is not None and [i.offset for i in sub.prefetched[1]] == [2, 3]
-    await hub.catch_up(sub, write)  # at the channel's position: live at once
+    await hub.catch_up(sub, write)  # at the audience's position: live at once
     assert sub.state is SubState.LIVE
     # Later the subscription is at E:3 (delivered live), falls behind and catches up
     # from the store: it gets what follows E:3, not the join's old page again.
     sub.position = Cursor(epoch, 3)
     later = await store.append(feed, new(2), retention=100)
-    hub.channels[feed].position = later.cursors[-1]
+    hub.audiences[feed].position = later.cursors[-1]
     sub.state = SubState.CATCHING_UP
     written.clear()
     await hub.catch_up(sub, write)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gateway.fanout.outbox import NodeBudget, Outbox
-from gateway.net.server import TransportWriter
+from gateway.net.server import SocketWriter
 
 
 class Transport:
@@ -34,8 +34,8 @@ class Stream:
         self.transport = Transport()
         self.chunked = chunked
 
-    def writer(self) -> TransportWriter:
-        return TransportWriter(self.transport, self.chunked)  # type: ignore[arg-type]
+    def writer(self) -> SocketWriter:
+        return SocketWriter(self.transport, self.chunked)  # type: ignore[arg-type]
 
 
 def test_a_connection_never_holds_more_than_its_bound() -> None:

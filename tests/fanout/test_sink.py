@@ -9,12 +9,12 @@ from __future__ import annotations
 import pytest
 
 from gateway.cursor import Cursor
-from gateway.fanout.hub import Channel, Hub
+from gateway.fanout.hub import Audience, Hub
 from gateway.fanout.outbox import Outbox
 from gateway.fanout.subscription import Subscription, SubState
 from gateway.feed import FeedKey, StoredItem, team_feed
 from gateway.metrics import Metrics
-from gateway.net.server import TransportWriter
+from gateway.net.server import SocketWriter
 from gateway.store.base import Batch, push
 from gateway.store.hold import HoldPolicy
 from gateway.store.memory import MemoryStore
@@ -47,8 +47,8 @@ class Stream:
     def __init__(self, transport: Kept) -> None:
         self.transport = transport
 
-    def writer(self) -> TransportWriter:
-        return TransportWriter(self.transport, chunked=False)  # type: ignore[arg-type]
+    def writer(self) -> SocketWriter:
+        return SocketWriter(self.transport, chunked=False)  # type: ignore[arg-type]
 
 
 def hub_with(subscribers: int, *, failing: int = 0) -> tuple[Hub, FeedKey, list[Kept]]:
@@ -60,14 +60,14 @@ def hub_with(subscribers: int, *, failing: int = 0) -> tuple[Hub, FeedKey, list[
 def follow(hub: Hub, subscribers: int, *, failing: int = 0) -> tuple[FeedKey, list[Kept]]:
     """A feed with ``subscribers`` live subscriptions on the hub."""
     feed = team_feed("acme", ev.team_id())
-    channel = hub.channels[feed] = Channel(feed, Cursor(7, 0))
+    audience = hub.audiences[feed] = Audience(feed, Cursor(7, 0))
     transports = []
     for index in range(subscribers):
         transport = Kept(fail=index < failing)
         sub = Subscription(feed, TEAM_WS, Cursor(7, 0))
         sub.outbox = Outbox(Stream(transport).writer(), 1 << 20, hub.budget)
         sub.state = SubState.LIVE
-        channel.subs.add(sub)
+        audience.subs.add(sub)
         transports.append(transport)
     return feed, transports
 
@@ -87,7 +87,7 @@ def test_a_batch_handed_over_reaches_every_live_subscriber_once() -> None:
     assert hub.on_items(feed, batch(1, 2)) == 3
     hold = hold_after(hub, {feed: batch(3)})
     assert hold == pytest.approx(0.002)  # few subscribers per item: linger
-    assert hub.channels[feed].position == Cursor(7, 3)
+    assert hub.audiences[feed].position == Cursor(7, 3)
     for transport in transports:
         assert transport.written[0].count(b'"offset":') == 2  # both items in one write
     # The next batch continued; one that repeats what was delivered writes nothing.
@@ -128,12 +128,12 @@ def test_a_dispatch_that_fails_stays_in_the_hub() -> None:
 def test_a_subscription_its_owner_closes_during_a_dispatch_does_not_stop_it() -> None:
     # A refused write takes a subscription off the live path and tells its owner at
     # once; an owner whose connection is already gone closes it on the spot, which
-    # takes it out of the channel while the dispatch goes round the others.
+    # takes it out of the audience while the dispatch goes round the others.
     hub, feed, transports = hub_with(4)
-    for sub in hub.channels[feed].subs:
+    for sub in hub.audiences[feed].subs:
         if sub.outbox is not None and sub.outbox._write == transports[0].write:
             transports[0].held = 10**9  # over its bound: the write is refused
             sub.notify = hub.close
     hub.on_items(feed, batch(1))
     assert [len(t.written) for t in transports] == [0, 1, 1, 1]
-    assert len(hub.channels[feed].subs) == 3
+    assert len(hub.audiences[feed].subs) == 3

@@ -80,8 +80,8 @@ def sse_ids(raw: bytes) -> tuple[list[str], bool]:
 def slow_sub_buffered(node: Gateway) -> int:
     """Bytes the gateway holds for the subscriptions that are not live (the slow one)."""
     total = 0
-    for channel in node.hub.channels.values():
-        for sub in channel.subs:
+    for audience in node.hub.audiences.values():
+        for sub in audience.subs:
             if sub.state is not SubState.LIVE and sub.outbox is not None:
                 total = max(total, sub.outbox.buffered())
     return total
@@ -130,7 +130,7 @@ async def test_a_reader_that_stops_is_bounded_and_others_do_not_wait(
                         tg.start_soon(follow_fast)
                         # Both subscriptions live before publishing (bounded wait).
                         await until(
-                            lambda: sum(len(c.subs) for c in node.hub.channels.values()) >= 2,
+                            lambda: sum(len(c.subs) for c in node.hub.audiences.values()) >= 2,
                             10,
                             "both subscriptions",
                         )
@@ -164,8 +164,8 @@ async def test_a_reader_that_stops_is_bounded_and_others_do_not_wait(
                 raw = await anyio.to_thread.run_sync(read_all, slow)
             except BaseException:
                 print("fast", len(fast), "published", len(published), "peak", peak)
-                for c in node.hub.channels.values():
-                    print("channel", c.position, [(s.state, s.position) for s in c.subs])
+                for c in node.hub.audiences.values():
+                    print("audience", c.position, [(s.state, s.position) for s in c.subs])
                 raise
             finally:
                 slow.close()

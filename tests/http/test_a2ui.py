@@ -263,7 +263,7 @@ async def test_the_publish_rate_counts_messages() -> None:
         start_node(publish_rate=5, publish_burst=5) as node,
         httpx.AsyncClient(base_url=node.url, timeout=10) as client,
     ):
-        node.services.publish_rate.clock = lambda: 1000.0  # a frozen clock: no refill
+        node.context.publish_rate.clock = lambda: 1000.0  # a frozen clock: no refill
         await start(client)
         body = [create("s"), *[data("s", "/a", i) for i in range(4)]]
         r = await client.post(PUBLISH, json=body, headers=auth())

@@ -78,7 +78,7 @@ async def test_sse_streams_past_the_node_limit_are_refused() -> None:
         start_node(max_connections=2) as node,
         httpx.AsyncClient(base_url=node.url, timeout=10) as client,
     ):
-        limits = node.services.limits
+        limits = node.context.limits
         team = ev.team_id()
         await publish(client, team)
         async with sse_stream(client, team):
@@ -95,7 +95,7 @@ async def test_sse_streams_past_the_node_limit_are_refused() -> None:
 
 async def test_websocket_upgrades_past_the_node_limit_are_refused() -> None:
     async with start_node(max_connections=2) as node:
-        limits = node.services.limits
+        limits = node.context.limits
         async with open_ws(node), open_ws(node) as second:
             assert limits.count() == 2
             await refused_ws(node)
@@ -125,7 +125,7 @@ async def test_tenant_limit_refuses_only_that_tenant() -> None:
         start_node(max_connections=10, max_tenant_connections=1) as node,
         httpx.AsyncClient(base_url=node.url, timeout=10) as client,
     ):
-        limits = node.services.limits
+        limits = node.context.limits
         acme, globex = ev.team_id(), ev.team_id()
         await publish(client, acme, "acme")
         await publish(client, globex, "globex")
@@ -187,7 +187,7 @@ async def test_connect_and_drop_loops_leak_no_counts() -> None:
         start_node() as node,
         httpx.AsyncClient(base_url=node.url, timeout=10) as client,
     ):
-        limits = node.services.limits
+        limits = node.context.limits
         team = ev.team_id()
         await publish(client, team)
         with anyio.fail_after(60):
@@ -205,7 +205,7 @@ async def test_connect_and_drop_loops_leak_no_counts() -> None:
                 await _raw_request(node, _ws_head(), read_head=False, reset=i % 2 == 1)
         await until(lambda: limits.count() == 0, 10, "every lease released")
         assert limits.per_tenant == {}
-        await until(lambda: not node.hub.channels, 10, "every subscription closed")
+        await until(lambda: not node.hub.audiences, 10, "every subscription closed")
         assert metric(node, "gateway_connections", transport="sse") == 0
         assert metric(node, "gateway_connections", transport="ws") == 0
 
@@ -216,7 +216,7 @@ async def test_publish_rate_limit_per_tenant() -> None:
         httpx.AsyncClient(base_url=node.url, timeout=10) as client,
     ):
         now = [1000.0]
-        node.services.publish_rate.clock = lambda: now[0]  # a frozen clock: no refill
+        node.context.publish_rate.clock = lambda: now[0]  # a frozen clock: no refill
         team = ev.team_id()
         path = f"/v1/teams/{team}/events"
         r = await client.post(path, json=[ev.item() for _ in range(6)], headers=auth())

@@ -60,12 +60,12 @@ async def test_a_reset_websocket_releases_its_subscriptions(
             assert r.status_code == 200
             for _ in range(3):
                 sock, _ = await anyio.to_thread.run_sync(ws_handshake, node.port, f"team/{team}")
-                await until(lambda: node.hub.channels, 5, "the subscription")
+                await until(lambda: node.hub.audiences, 5, "the subscription")
                 # Close with unread data and SO_LINGER 0: the peer sees a reset.
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                 sock.close()
-                await until(lambda: not node.hub.channels, 5, "the subscription's release")
-            assert not node.services.connections
+                await until(lambda: not node.hub.audiences, 5, "the subscription's release")
+            assert not node.context.connections
             # The node still serves: publish and follow.
             r = await client.post(f"/v1/teams/{team}/events", json=ev.item(), headers=auth())
             assert r.status_code == 200
@@ -88,7 +88,7 @@ async def test_a_client_that_sends_but_never_reads_is_cut_off() -> None:
 
         try:
             await anyio.to_thread.run_sync(flood)
-            await until(lambda: not node.services.connections, 10, "the flooding socket's end")
+            await until(lambda: not node.context.connections, 10, "the flooding socket's end")
             assert node.hub.budget.total == 0
         finally:
             sock.close()

@@ -355,7 +355,7 @@ async def test_the_publish_rate_counts_sparktide_events() -> None:
         start_node(publish_rate=5, publish_burst=5) as node,
         httpx.AsyncClient(base_url=node.url, timeout=10) as client,
     ):
-        node.services.publish_rate.clock = lambda: 1000.0  # a frozen clock: no refill
+        node.context.publish_rate.clock = lambda: 1000.0  # a frozen clock: no refill
         r = await client.post(PUBLISH, json=EVERYTHING[:6], headers=auth())
         assert error(r, 429, "rate_limited")
         assert r.headers["retry-after"].isdigit()

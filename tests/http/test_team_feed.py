@@ -362,9 +362,9 @@ async def test_many_followers_share_one_reader(node: Gateway, client: httpx.Asyn
             for i in range(n):
                 tg.start_soon(follow, i)
             await connected.wait()
-            assert len(node.hub.channels) == 1
-            [channel] = node.hub.channels.values()
-            assert len(channel.subs) == n
+            assert len(node.hub.audiences) == 1
+            [audience] = node.hub.audiences.values()
+            assert len(audience.subs) == n
             for _ in range(10):
                 await publish(client, team, [ev.item()])
     assert all(r == results[0] for r in results)

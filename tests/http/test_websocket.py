@@ -510,7 +510,7 @@ def split_response(data: bytes) -> tuple[int, dict[str, str], bytes, bytes]:
 
 async def feed_state(node: Gateway, team: str) -> object:
     """The state of acme's team feed ``team`` in the node's store (None: never written)."""
-    return await node.services.feeds.state(FeedKey("acme", FeedKind.TEAM, team))
+    return await node.context.feeds.state(FeedKey("acme", FeedKind.TEAM, team))
 
 
 @pytest.mark.parametrize("case", list(REFUSALS))
@@ -935,7 +935,7 @@ async def test_subscription_limit_is_rate_limited_per_feed(
                 fb: events_of(fb, pb),
             }
             await barrier(ws)
-            assert {k.id for k in node.hub.channels} == {a, b}
+            assert {k.id for k in node.hub.audiences} == {a, b}
             # Room again after an unsubscribe.
             await send(ws, {"type": "unsubscribe", "feed": fa})
             await subscribe(ws, fc, after=heads[fc])
@@ -1044,13 +1044,13 @@ async def test_unsubscribe_stops_that_feed(node: Gateway, http: httpx.AsyncClien
         pb = await publish(http, b)
         assert await recv(ws) == events_of(fb, pb)[0]
         await barrier(ws)
-        await eventually(lambda: {k.id for k in node.hub.channels} == {b})
+        await eventually(lambda: {k.id for k in node.hub.audiences} == {b})
         # Unsubscribing a feed that is not subscribed is harmless and silent.
         await send(ws, {"type": "unsubscribe", "feed": fa})
         await barrier(ws)
 
 
-async def test_unsubscribe_while_joining_leaves_no_channel(
+async def test_unsubscribe_while_joining_leaves_no_audience(
     node_redis: tuple[str | None, str],
 ) -> None:
     url, prefix = node_redis
@@ -1080,7 +1080,7 @@ async def test_unsubscribe_while_joining_leaves_no_channel(
             await barrier(ws)
             release.set()
             await barrier(ws)  # nothing for the feed came in between
-            await eventually(lambda: not node.hub.channels, within=1.0)
+            await eventually(lambda: not node.hub.audiences, within=1.0)
 
 
 # ---------------------------------------------------------------------------
@@ -1370,7 +1370,7 @@ async def test_drain_closes_sockets_with_1012(node: Gateway, http: httpx.AsyncCl
             assert code == 1012
             assert reason == "service restart: reconnect and resume"
     await eventually(lambda: ws_metric(node, "gateway_connections") == 0)
-    assert not node.hub.channels
+    assert not node.hub.audiences
 
 
 # ---------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from websockets.asyncio.client import ClientConnection
 
 from gateway.app import Gateway
 from gateway.cursor import parse_cursor
-from gateway.dialects.ai_sdk import AiSdkTranslator
+from gateway.dialects.ai_sdk.translator import AiSdkTranslator
 from tests.agui.runs import NESTED, RUN, THREAD
 from tests.support import events as ev
 from tests.support.node import auth, open_ws

@@ -7,7 +7,7 @@
 // Usage: node live_follow.mjs, then JSON lines on stdin (tests/support/jsprocess.py):
 //   first line, the config: {"timeout_ms"?}
 //   then commands, each answered by {"kind": "reply", "id", "ok", "value"|"error"}:
-//     {"cmd": "aisdk", "name", "url", "token"}: reconnectToStream on `url` (a GET); replies
+//     {"cmd": "ai_sdk", "name", "url", "token"}: reconnectToStream on `url` (a GET); replies
 //         once the response is there with {status, header, contentType, stream}; every chunk
 //         is printed as {"kind": "chunk", "name", "chunk"} as the client parses it
 //     {"cmd": "agui", "name", "url", "token", "threadId", "runId"}: HttpAgent.runAgent on
@@ -22,7 +22,7 @@
 //         that sends `subscribe` once open; every frame as {"kind": "frame", "name",
 //         "frame"}; it closes (1000) after the N-th event frame
 //     {"cmd": "finish", "name"}: waits for that client's end and replies with it:
-//         aisdk {message, errors, chunks, raw}; agui {ok, error?, events, messages, state};
+//         ai_sdk {message, errors, chunks, raw}; agui {ok, error?, events, messages, state};
 //         sse {messages, opens, errors, ended: "server" | "client" | "error"};
 //         ws {frames, close}
 import readline from "node:readline";
@@ -53,7 +53,7 @@ const clients = new Map();
 
 // The AI SDK client: the transport's own fetch, tapped for the raw body (to tell a stream
 // that ended with `data: [DONE]` from one cut short: the client parses both quietly).
-async function aisdk({ name, url, token }) {
+async function ai_sdk({ name, url, token }) {
   let response = null;
   let raw = "";
   const decoder = new TextDecoder();
@@ -206,7 +206,7 @@ function ws({ name, url, token, subscribe, stop }) {
 
 async function handle(message) {
   const { cmd } = message;
-  if (cmd === "aisdk") return await aisdk(message);
+  if (cmd === "ai_sdk") return await ai_sdk(message);
   if (cmd === "agui") return agui(message);
   if (cmd === "sse") return sse(message);
   if (cmd === "ws") return ws(message);

@@ -25,7 +25,7 @@ from gateway.cursor import Cursor
 from gateway.errors import Unavailable
 from gateway.feed import FeedKey, NewItem, team_feed
 from gateway.store.base import Backend, Batch
-from gateway.store.known import chain_next
+from gateway.store.last_seen import chain_next
 from gateway.store.redis.client.topology import ListenerAddress
 from gateway.store.redis.listener import Waker, connect
 from gateway.store.redis.live import RedisLive

@@ -12,7 +12,7 @@ from gateway.cursor import Cursor
 from gateway.errors import HeadMoved, IdempotencyKeyReused
 from gateway.feed import FeedKey, NewItem, team_feed
 from gateway.store.base import Backend, Joined, Positions
-from gateway.store.known import chain_next
+from gateway.store.last_seen import chain_next
 from gateway.store.redis import redis_backend
 from gateway.store.redis.live import _after, _announced
 from tests.support import events as ev

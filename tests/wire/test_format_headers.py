@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 
-from gateway.dialects.ai_sdk_wire import HEADERS as AI_SDK_HEADERS
-from gateway.dialects.ai_sdk_wire import error_frame
+from gateway.dialects.ai_sdk.framing import HEADERS as AI_SDK_HEADERS
+from gateway.dialects.ai_sdk.framing import error_frame
 from gateway.errors import NotFound, Unavailable
 from gateway.feed import run_feed
-from gateway.wire import sse
-from gateway.wire.aisdk import AI_SDK_SSE, AI_SDK_WS
+from gateway.wire import event_stream
+from gateway.wire.ai_sdk_formats import AI_SDK_SSE, AI_SDK_WS
 from gateway.wire.format import Format
 from gateway.wire.formats import RUN_SSE, RUN_STREAM_SSE, TEAM_SSE
 
@@ -23,7 +23,7 @@ FEED = run_feed("acme", "t1", "r1")
 
 def test_sse_formats_answer_with_the_sse_headers_unless_they_say_otherwise() -> None:
     for fmt in (TEAM_SSE, RUN_SSE, RUN_STREAM_SSE):
-        assert fmt.headers == sse.HEADERS, fmt
+        assert fmt.headers == event_stream.HEADERS, fmt
     assert AI_SDK_SSE.headers == AI_SDK_HEADERS
     assert dict(AI_SDK_SSE.headers) == {
         b"content-type": b"text/event-stream; charset=utf-8",
@@ -34,7 +34,7 @@ def test_sse_formats_answer_with_the_sse_headers_unless_they_say_otherwise() -> 
     # A format's headers are its own copy: changing one changes no other format.
     fmt = Format("x", RUN_SSE.frame, RUN_SSE.restart, transport="sse")
     fmt.headers.append((b"x-extra", b"1"))
-    assert (b"x-extra", b"1") not in sse.HEADERS
+    assert (b"x-extra", b"1") not in event_stream.HEADERS
 
 
 def test_only_the_ai_sdk_sse_format_ends_a_failed_stream_in_band() -> None:

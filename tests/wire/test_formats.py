@@ -15,7 +15,7 @@ from gateway.dialects import a2ui
 from gateway.errors import InvalidRequest
 from gateway.feed import FeedKind, StoredItem, run_feed
 from gateway.wire import ws
-from gateway.wire.aisdk import AI_SDK_WS
+from gateway.wire.ai_sdk_formats import AI_SDK_WS
 from gateway.wire.format import A2UI_PRELUDE, AGUI_PRELUDE
 from gateway.wire.formats import RUN_A2UI_WS, RUN_WS, TEAM_WS
 from gateway.wire.registry import WS_FORMATS, ws_format

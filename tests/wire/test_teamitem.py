@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from gateway.canonical import canonical
 from gateway.cursor import MAX_INT, Cursor
-from gateway.wire import sse
+from gateway.wire import event_stream
 from gateway.wire.teamitem import epoch_restarted_item, team_item, team_payload
 
 json_values = st.recursive(
@@ -46,12 +46,12 @@ def test_epoch_restarted_item() -> None:
 
 
 def test_sse_message_framing() -> None:
-    assert sse.message(b"{}", b"1:2") == b"id: 1:2\ndata: {}\n\n"
-    assert sse.message(b"{}") == b"data: {}\n\n"
+    assert event_stream.message(b"{}", b"1:2") == b"id: 1:2\ndata: {}\n\n"
+    assert event_stream.message(b"{}") == b"data: {}\n\n"
     # A stray line break can never end the message early or inject a field.
-    framed = sse.message(b"a\r\nid: 9:9\rb", b"1:2")
+    framed = event_stream.message(b"a\r\nid: 9:9\rb", b"1:2")
     assert framed == b"id: 1:2\ndata: a\ndata: id: 9:9\ndata: b\n\n"
     assert b"\r" not in framed
-    assert sse.comment(b"x\ny") == b": x y\n\n"
-    assert sse.KEEPALIVE == b": keepalive\n"
+    assert event_stream.comment(b"x\ny") == b": x y\n\n"
+    assert event_stream.KEEPALIVE == b": keepalive\n"
     assert json.loads(team_item(1, 1, team_payload({}, {"t": "a\nb"})))["event"] == {"t": "a\nb"}

@@ -1,4 +1,4 @@
-"""Single flight: concurrent calls with the same key share one call and its result.
+"""Shared reads: concurrent reads with the same key share one call and its result.
 
 A thousand clients joining a feed at the same cursor ask the store for the same state
 and the same history pages; with this they make one request each time, not a
@@ -25,7 +25,10 @@ class _Call(Generic[T]):
         self.error: Exception | None = None
 
 
-class SingleFlight(Generic[T]):
+class SharedReads(Generic[T]):
+    """Reads by key, each made once for every caller asking while it is in flight
+    (the pattern known as single flight)."""
+
     def __init__(self) -> None:
         self._calls: dict[Hashable, _Call[T]] = {}
         #: Calls answered from another caller's request (for tests and metrics).

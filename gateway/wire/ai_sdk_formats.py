@@ -1,6 +1,6 @@
 """Run feeds as the AI SDK UI message stream: the stateful formats (pure; contract D10).
 
-Each stored AG-UI event becomes the chunks :class:`~gateway.dialects.ai_sdk.
+Each stored AG-UI event becomes the chunks :class:`~gateway.dialects.ai_sdk.translator.
 AiSdkTranslator` derives from it; chunk ``K`` of the event at ``E:O`` is ``E:O:K``.  The
 translation depends on the run so far, so these formats frame items with an
 :class:`AiSdkEncoder` (one per feed per node, built from the run's fold), not per item.
@@ -17,9 +17,7 @@ from __future__ import annotations
 from gateway.agui.events import TERMINAL, decode
 from gateway.agui.fold import RunFold
 from gateway.cursor import Cursor
-from gateway.dialects.ai_sdk import AiSdkTranslator
-from gateway.dialects.ai_sdk_parts import Chunk
-from gateway.dialects.ai_sdk_wire import (
+from gateway.dialects.ai_sdk.framing import (
     DONE,
     HEADERS,
     chunk_id,
@@ -31,6 +29,8 @@ from gateway.dialects.ai_sdk_wire import (
     resume_chunks,
     unnumbered_frames,
 )
+from gateway.dialects.ai_sdk.parts import Chunk
+from gateway.dialects.ai_sdk.translator import AiSdkTranslator
 from gateway.errors import GatewayError
 from gateway.feed import FeedKey, StoredItem
 from gateway.wire import ws

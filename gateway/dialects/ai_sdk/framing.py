@@ -31,11 +31,11 @@ from typing import NamedTuple
 import msgspec
 
 from gateway.cursor import MAX_INT, Cursor, parse_cursor
-from gateway.dialects.ai_sdk_parts import Chunk
+from gateway.dialects.ai_sdk.parts import Chunk
 from gateway.errors import InvalidCursor
 
 RESTART_TYPE = "data-gateway-epoch-restarted"
-#: The AI SDK's stream terminator (its transport ignores it; it ends every stream).
+#: The AI SDK's stream terminator (the AI SDK client ignores it; it ends every stream).
 DONE = b"data: [DONE]\n\n"
 #: Response headers of an AI SDK UI message stream (the seed's header included).
 HEADERS: list[tuple[bytes, bytes]] = [

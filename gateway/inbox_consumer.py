@@ -32,7 +32,7 @@ from gateway.outage import Outage
 from gateway.publisher import Publisher, Via
 from gateway.store.base import InboxMessage, InboxQueue
 
-log = structlog.get_logger("gateway.inbox")
+log = structlog.get_logger("gateway.inbox_consumer")
 
 #: An inbox's message fields as text (all but ``body``), and the handler that appends.
 Fields = dict[bytes, str]

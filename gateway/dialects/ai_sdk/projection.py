@@ -40,7 +40,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.agui.fold import Message, RunFold
-from gateway.dialects.ai_sdk_parts import (
+from gateway.dialects.ai_sdk.parts import (
     NO_OUTPUT,
     Chunk,
     DataPart,

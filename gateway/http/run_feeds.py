@@ -24,7 +24,7 @@ from gateway.errors import InvalidRequest, NotFound
 from gateway.feed import FeedKey, run_events_feed
 from gateway.http import sse
 from gateway.http.publish import send_cursors, start_publish
-from gateway.http.services import Services
+from gateway.http.route_context import RouteContext
 from gateway.net.server import Request, Responder
 from gateway.publisher import Via
 from gateway.runstream import parse_after_seq, seq_key, stored_seq
@@ -42,20 +42,20 @@ class _AttachInput(msgspec.Struct):
 
 
 async def follow(
-    services: Services, request: Request, responder: Responder, params: dict[str, str]
+    context: RouteContext, request: Request, responder: Responder, params: dict[str, str]
 ) -> None:
     """``GET .../ui/ag-ui``: the run as AG-UI SSE."""
-    principal = services.principal(request)
+    principal = context.principal(request)
     principal.require_subscribe()
     feed = access.run_for(principal, params["thread_id"], params["run_id"])
-    await _serve_agui(services, request, responder, principal, feed)
+    await _serve_agui(context, request, responder, principal, feed)
 
 
 async def attach(
-    services: Services, request: Request, responder: Responder, params: dict[str, str]
+    context: RouteContext, request: Request, responder: Responder, params: dict[str, str]
 ) -> None:
     """``POST /v1/ui/ag-ui/{agent}``: follow the run a RunAgentInput names."""
-    principal = services.principal(request)
+    principal = context.principal(request)
     principal.require_subscribe()
     request.require_json()
     try:
@@ -65,27 +65,31 @@ async def attach(
     except msgspec.DecodeError as exc:
         raise InvalidRequest(f"body: malformed JSON ({exc})") from exc
     feed = access.run_for(principal, body.threadId, body.runId)
-    await _serve_agui(services, request, responder, principal, feed)
+    await _serve_agui(context, request, responder, principal, feed)
 
 
 async def _serve_agui(
-    services: Services, request: Request, responder: Responder, principal: Principal, feed: FeedKey
+    context: RouteContext,
+    request: Request,
+    responder: Responder,
+    principal: Principal,
+    feed: FeedKey,
 ) -> None:
     cursor = sse.request_cursor(request)
     await sse.serve(
-        services, request, responder, principal, feed, cursor, RUN_SSE, not_found=access.NO_SUCH_RUN
+        context, request, responder, principal, feed, cursor, RUN_SSE, not_found=access.NO_SUCH_RUN
     )
 
 
 async def publish(
-    services: Services, request: Request, responder: Responder, params: dict[str, str]
+    context: RouteContext, request: Request, responder: Responder, params: dict[str, str]
 ) -> None:
     """``POST .../ui/ag-ui``: AG-UI events (one or an array), all or nothing."""
     thread_id, run_id = params["thread_id"], params["run_id"]
     principal, rate = start_publish(
-        services, request, lambda p: access.run_for(p, thread_id, run_id)
+        context, request, lambda p: access.run_for(p, thread_id, run_id)
     )
-    cursors = await services.publisher.publish_run_json(
+    cursors = await context.publisher.publish_run_json(
         principal.tenant,
         thread_id,
         run_id,
@@ -101,19 +105,19 @@ async def publish(
 
 
 async def follow_stream(
-    services: Services, request: Request, responder: Responder, params: dict[str, str]
+    context: RouteContext, request: Request, responder: Responder, params: dict[str, str]
 ) -> None:
     """``GET .../events``: SseMessages; resume with ``after_seq`` or Last-Event-ID."""
-    principal = services.principal(request)
+    principal = context.principal(request)
     principal.require_subscribe()
     thread_id, run_id = params["thread_id"], params["run_id"]
     access.run_for(principal, thread_id, run_id)  # the same 404 for what it may not read
     feed = run_events_feed(principal.tenant, thread_id, run_id)
     raw = request.resume_from("after_seq")
     after = parse_after_seq(raw.strip()) if raw is not None else 0
-    cursor = await _seq_cursor(services, feed, after)
+    cursor = await _seq_cursor(context, feed, after)
     await sse.serve(
-        services,
+        context,
         request,
         responder,
         principal,
@@ -124,9 +128,9 @@ async def follow_stream(
     )
 
 
-async def _seq_cursor(services: Services, feed: FeedKey, seq: int) -> Cursor | None:
+async def _seq_cursor(context: RouteContext, feed: FeedKey, seq: int) -> Cursor | None:
     """The cursor after which the committed events with a seq above ``seq`` come."""
-    feeds = services.feeds
+    feeds = context.feeds
     state = await feeds.state(feed)
     if state is None:
         raise NotFound(access.NO_SUCH_RUN)
@@ -143,14 +147,14 @@ async def _seq_cursor(services: Services, feed: FeedKey, seq: int) -> Cursor | N
 
 
 async def publish_stream(
-    services: Services, request: Request, responder: Responder, params: dict[str, str]
+    context: RouteContext, request: Request, responder: Responder, params: dict[str, str]
 ) -> None:
     """``POST .../events``: SseMessages in order (D7b)."""
     thread_id, run_id = params["thread_id"], params["run_id"]
     principal, rate = start_publish(
-        services, request, lambda p: access.run_for(p, thread_id, run_id)
+        context, request, lambda p: access.run_for(p, thread_id, run_id)
     )
-    cursors = await services.publisher.publish_run_stream_json(
+    cursors = await context.publisher.publish_run_stream_json(
         principal.tenant, thread_id, run_id, request.body, via=Via.HTTP, rate=rate
     )
     send_cursors(responder, cursors)

@@ -23,7 +23,7 @@ from gateway import access
 from gateway.auth import Principal
 from gateway.errors import GatewayError, InvalidRequest, NotFound
 from gateway.feed import FeedKey, FeedKind, FeedState, is_run_part, is_team_id
-from gateway.http.services import Services
+from gateway.http.route_context import RouteContext
 from gateway.net.server import Request, Responder
 from gateway.store.base import FeedIndex, FeedStore, IndexEntry
 
@@ -94,19 +94,19 @@ def _limit(raw: str | None) -> int:
 
 
 async def list_feeds(
-    services: Services, request: Request, responder: Responder, params: dict[str, str]
+    context: RouteContext, request: Request, responder: Responder, params: dict[str, str]
 ) -> None:
     """``GET /v1/feeds``: one page of the caller's recently active feeds of a kind."""
-    principal = services.principal(request)
+    principal = context.principal(request)
     principal.require_subscribe()
     kind = _kind(request.query_one("kind"))
     limit = _limit(request.query_one("limit"))
     raw_after = request.query_one("after")
     after = None if raw_after is None else decode_position(raw_after, kind)
-    if services.index is None:
+    if context.index is None:
         raise NotFound("this gateway keeps no feed index")
-    listing = await list_page(services.index, services.feeds, principal, kind, limit, after)
-    headers = [(b"cache-control", b"no-store"), *services.cors.headers(request)]
+    listing = await list_page(context.index, context.feeds, principal, kind, limit, after)
+    headers = [(b"cache-control", b"no-store"), *context.cors.headers(request)]
     responder.send(200, msgspec.json.encode(listing), headers=headers)
 
 

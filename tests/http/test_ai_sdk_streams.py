@@ -3,7 +3,7 @@
 ``GET /v1/threads/{thread_id}/runs/{run_id}/ui/ai-sdk`` (the seed's uiRunFrames, protocol
 ai-sdk) and ``GET /v1/ui/ai-sdk/{agent}/{chat_id}/stream`` (uiAiSdkReconnect), on the
 embedded log and on Redis.  Every stream is compared message by message (SSE id and
-chunk) with the pure translation (``gateway.dialects.ai_sdk``): from the start, live,
+chunk) with the pure translation (``gateway.dialects.ai_sdk.translator``): from the start, live,
 resumed after every chunk id, resynced at event cursors; the cursors the run never
 issued are 400 ``invalid_cursor``; an older epoch (a flush, and a redis-server of the
 test's own that restarts empty, with a follower connected) and a trimmed position get
@@ -25,7 +25,7 @@ import pytest
 from gateway.agui.fold import RunFold
 from gateway.app import Gateway
 from gateway.cursor import Cursor, parse_cursor
-from gateway.dialects.ai_sdk import AiSdkTranslator, compact
+from gateway.dialects.ai_sdk.translator import AiSdkTranslator, compact
 from gateway.errors import Unavailable
 from gateway.feed import StoredItem, run_feed
 from gateway.store.memory import MemoryStore, memory_backend
@@ -449,7 +449,7 @@ async def retrying(call: Any) -> httpx.Response:
 async def test_after_redis_lost_its_data_the_stream_restarts_in_band() -> None:
     with RedisServer(persistence=False) as server:
         async with (
-            start_node(server.url, "gwtest:aisdk", read_block_ms=200) as node,
+            start_node(server.url, "gwtest:ai_sdk", read_block_ms=200) as node,
             httpx.AsyncClient(base_url=node.url, timeout=10) as client,
         ):
             old = await publish(client, NESTED[:10])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.cursor import Cursor
-from gateway.dialects.ai_sdk_wire import (
+from gateway.dialects.ai_sdk.framing import (
     DONE,
     HEADERS,
     ChunkCursor,

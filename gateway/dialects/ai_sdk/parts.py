@@ -3,7 +3,7 @@
 Decisions D10.  An AI SDK client (``readUIMessageStream``, ``useChat``) turns chunks
 into one assistant ``UIMessage`` whose ``parts`` appear in the order their first chunk
 arrived.  A part here is what the client holds for one text or reasoning part, tool
-call or data part with an id; :mod:`gateway.dialects.ai_sdk_projection` computes them
+call or data part with an id; :mod:`gateway.dialects.ai_sdk.projection` computes them
 from a run fold.  :func:`build` gives the chunks that create a part as it is (at most
 one delta); :func:`diff` the chunks that turn a client holding some parts into one
 holding others: appended parts, text and argument deltas, ends, outputs, approvals, data

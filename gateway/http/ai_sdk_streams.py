@@ -8,7 +8,7 @@
   cannot continue (an older epoch, a trimmed position) gets the restart chunk in band.
 - ``GET /v1/ui/ai-sdk/{agent}/{chat_id}/stream``: ``useChat({resume: true})``
   (``DefaultChatTransport.reconnectToStream``).  A chat id is a thread id; while the
-  thread's latest run (the latest-run index, ``Services.runs``) is going, the run from its
+  thread's latest run (the latest-run index, ``RouteContext.runs``) is going, the run from its
   start as a compact replay, then live; ``204`` once it ended, or when the chat has no
   run the caller may read.  ``{agent}`` is not checked: the gateway has no agents.
 
@@ -20,23 +20,23 @@ from __future__ import annotations
 
 from gateway import access
 from gateway.cursor import Cursor
-from gateway.dialects.ai_sdk_wire import parse_chunk_id
+from gateway.dialects.ai_sdk.framing import parse_chunk_id
 from gateway.errors import InvalidRequest, NotFound
 from gateway.feed import is_run_part
 from gateway.http import sse
-from gateway.http.services import Services
+from gateway.http.route_context import RouteContext
 from gateway.net.server import Request, Responder
-from gateway.wire.aisdk import AI_SDK_SSE
+from gateway.wire.ai_sdk_formats import AI_SDK_SSE
 
 #: The chat id rule of the seed's ChatKey (the same as a thread id's, contract D1).
 CHAT_ID_RULE = "chat_id: must match ^[A-Za-z0-9_.-]{1,128}$"
 
 
 async def follow(
-    services: Services, request: Request, responder: Responder, params: dict[str, str]
+    context: RouteContext, request: Request, responder: Responder, params: dict[str, str]
 ) -> None:
     """``GET .../ui/ai-sdk``: the run as the AI SDK UI message stream, resumable."""
-    principal = services.principal(request)
+    principal = context.principal(request)
     principal.require_subscribe()
     feed = access.run_for(principal, params["thread_id"], params["run_id"])
     raw = request.resume_from("after")
@@ -46,7 +46,7 @@ async def follow(
         at = parse_chunk_id(raw)  # InvalidCursor (400) for a malformed id
         cursor, piece = at.cursor, at.chunk
     await sse.serve(
-        services,
+        context,
         request,
         responder,
         principal,
@@ -59,22 +59,20 @@ async def follow(
 
 
 async def reconnect(
-    services: Services, request: Request, responder: Responder, params: dict[str, str]
+    context: RouteContext, request: Request, responder: Responder, params: dict[str, str]
 ) -> None:
     """``GET /v1/ui/ai-sdk/{agent}/{chat_id}/stream``: the chat's latest run while it is
     going (from its start, compacted, then live); 204 when there is nothing to resume."""
-    principal = services.principal(request)
+    principal = context.principal(request)
     principal.require_subscribe()
     thread_id = params["chat_id"]
     if not is_run_part(thread_id):
         raise InvalidRequest(CHAT_ID_RULE)
-    nothing = services.cors.headers(request)
+    nothing = context.cors.headers(request)
     # Another tenant's chat has no entry (keys are per tenant); a thread outside the
     # token's threads claim answers the same.
     latest = (
-        None
-        if services.runs is None
-        else await services.runs.latest_run(principal.tenant, thread_id)
+        None if context.runs is None else await context.runs.latest_run(principal.tenant, thread_id)
     )
     if latest is None:
         responder.send(204, b"", headers=nothing)
@@ -84,7 +82,7 @@ async def reconnect(
     except NotFound:
         responder.send(204, b"", headers=nothing)
         return
-    state = await services.feeds.state(feed)
+    state = await context.feeds.state(feed)
     if state is None:  # the run's feed is gone (its grace period ended)
         responder.send(204, b"", headers=nothing)
         return
@@ -92,7 +90,7 @@ async def reconnect(
         # Joined at the head: the encoder's prelude is the compact replay of the whole
         # run so far, so the client's message equals one that saw every chunk.
         await sse.serve(
-            services,
+            context,
             request,
             responder,
             principal,

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from gateway.feed import StoredItem, team_feed
-from gateway.store.known import KnownPositions, chain_next
+from gateway.store.last_seen import KnownPositions, chain_next
 
 FEED = team_feed("acme", "00000000-0000-4000-8000-000000000001")
 

@@ -15,17 +15,17 @@ from __future__ import annotations
 
 from gateway import access
 from gateway.http.publish import send_cursors, start_publish
-from gateway.http.services import Services
+from gateway.http.route_context import RouteContext
 from gateway.net.server import Request, Responder
 from gateway.publisher import Via
 
 
 async def publish_sparktide(
-    services: Services, request: Request, responder: Responder, params: dict[str, str]
+    context: RouteContext, request: Request, responder: Responder, params: dict[str, str]
 ) -> None:
     """``POST /v1/sparktide/events``: one cursor per SparkTide event."""
-    principal, rate = start_publish(services, request, lambda p: None)
-    cursors = await services.publisher.publish_sparktide_json(
+    principal, rate = start_publish(context, request, lambda p: None)
+    cursors = await context.publisher.publish_sparktide_json(
         principal.tenant,
         request.body,
         via=Via.HTTP,
@@ -36,14 +36,14 @@ async def publish_sparktide(
 
 
 async def publish_a2ui(
-    services: Services, request: Request, responder: Responder, params: dict[str, str]
+    context: RouteContext, request: Request, responder: Responder, params: dict[str, str]
 ) -> None:
     """``POST .../a2ui``: one cursor per A2UI message; ``Idempotency-Key`` as for AG-UI."""
     thread_id, run_id = params["thread_id"], params["run_id"]
     principal, rate = start_publish(
-        services, request, lambda p: access.run_for(p, thread_id, run_id)
+        context, request, lambda p: access.run_for(p, thread_id, run_id)
     )
-    cursors = await services.publisher.publish_a2ui_json(
+    cursors = await context.publisher.publish_a2ui_json(
         principal.tenant,
         thread_id,
         run_id,

@@ -12,7 +12,7 @@ import pytest
 from gateway.activity import FeedActivity
 from gateway.app import Gateway
 from gateway.feed import team_feed
-from gateway.http.feeds import MAX_SCAN, encode_position
+from gateway.http.feed_listing import MAX_SCAN, encode_position
 from gateway.producer import Producer
 from gateway.store.base import IndexEntry
 from tests.support import events as ev

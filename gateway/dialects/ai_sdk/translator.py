@@ -6,7 +6,7 @@ The chunk schema is the seed's ``ai-sdk-ui`` component (``uiMessageChunkSchema``
 types (``docs/dialects/ai-sdk.md`` is the same table in prose).
 
 How: an :class:`AiSdkTranslator` holds a :class:`~gateway.agui.fold.RunFold` and the
-parts it projects to (:mod:`gateway.dialects.ai_sdk_projection`).  Translating an event
+parts it projects to (:mod:`gateway.dialects.ai_sdk.projection`).  Translating an event
 applies it to the fold (chunk events are expanded per lane there) and emits, in order:
 the row's chunks that come before the parts (``start``), the chunks that make the
 client's parts follow the fold's (text / reasoning / tool input deltas, starts, ends,
@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.agui.fold import RunFold
-from gateway.dialects.ai_sdk_parts import RESET, Chunk, Part, ToolPart, build
-from gateway.dialects.ai_sdk_projection import Projection
+from gateway.dialects.ai_sdk.parts import RESET, Chunk, Part, ToolPart, build
+from gateway.dialects.ai_sdk.projection import Projection
 
 Event = dict[str, Any]
 #: Transient data chunk types (never stored in the message; ``onData`` only).

@@ -24,7 +24,7 @@ Readiness = Callable[[], Awaitable[tuple[bool, str]]]
 
 
 @dataclass
-class Services:
+class RouteContext:
     settings: Settings
     hub: Hub
     #: Feed storage, for the few routes that read a feed's state themselves.
