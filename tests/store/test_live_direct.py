@@ -26,8 +26,8 @@ from gateway.errors import Unavailable
 from gateway.feed import FeedKey, NewItem, team_feed
 from gateway.store.base import Backend, Batch
 from gateway.store.known import chain_next
+from gateway.store.redis.client.subscriber import Waker, connect
 from gateway.store.redis.client.topology import ListenerAddress
-from gateway.store.redis.listener import Waker, connect
 from gateway.store.redis.live import RedisLive
 from tests.support import events as ev
 from tests.support.backends import open_backend, redis_feeds

@@ -40,6 +40,9 @@ from gateway.loopmetrics import Bins
 from gateway.metrics import Metrics
 from gateway.store.redis.client.errors import map_exceptions
 from gateway.store.redis.client.identity import ServerIdentity
+from gateway.store.redis.client.pipelined import Lane
+from gateway.store.redis.client.redis_client import RedisClient
+from gateway.store.redis.client.resp import Dial, pack
 from gateway.store.redis.client.topology import (
     ClusterSeed,
     SentinelResolved,
@@ -47,8 +50,6 @@ from gateway.store.redis.client.topology import (
     Topology,
 )
 from gateway.store.redis.keys import KeyLayout
-from gateway.store.redis.lane import Lane
-from gateway.store.redis.resp import Dial, pack
 from gateway.store.redis.settings import (
     CLUSTER,
     SENTINEL,
@@ -125,6 +126,8 @@ class RedisConnection:
         self.fold_key = self.keys.fold_key
         self.client: Any = self._client(settings, max_connections)
         servers.client = self.client
+        #: The one interface the store modules reach Redis through.
+        self.redis = RedisClient(self)
         #: Where command durations go (``gateway_redis_command_seconds``).
         self.metrics = metrics
         #: Set by :meth:`wake`; the live reader re-reads its subscriptions when set.
@@ -249,7 +252,7 @@ class RedisConnection:
         self.reached(bytes(info), path or f"{connection.host}:{connection.port}")
 
     def lane(self) -> Lane | None:
-        """The node's one lane for the append step (:mod:`.lane`), made on first use;
+        """The node's one lane for the append step (:mod:`.client.pipelined`), made on first use;
         None on a cluster, whose keys live on their own shards."""
         if self.cluster:
             return None

@@ -2,9 +2,9 @@
 
 They live here, in a module that is never compiled, because a module compiled with
 mypyc cannot define a subclass of a built-in exception (README, "The compiled hot
-path"); :mod:`lane`, :mod:`resp` and :mod:`listener` raise them.  Each is an
-``OSError`` (``ConnectionError``), so a caller that treats any socket failure as
-"Redis may have moved" treats these the same way.
+path"); :mod:`.client.pipelined`, :mod:`.client.resp` and :mod:`.client.subscriber`
+raise them.  Each is an ``OSError`` (``ConnectionError``), so a caller that treats any
+socket failure as "Redis may have moved" treats these the same way.
 """
 
 from __future__ import annotations

@@ -25,10 +25,10 @@ from gateway.errors import GatewayError, HeadMoved, IdempotencyKeyReused, Unavai
 from gateway.feed import AppendResult, FeedKey, FeedState, NewItem, StoredItem
 from gateway.limits import Charge
 from gateway.store.base import Batch, FeedStore, Joined, history_start
+from gateway.store.redis.client.batching import Coalescer
 from gateway.store.redis.client.errors import map_exceptions, refusal
-from gateway.store.redis.coalesce import Coalescer
+from gateway.store.redis.client.resp import pack, refused
 from gateway.store.redis.connection import RedisConnection
-from gateway.store.redis.resp import pack, refused
 
 log = structlog.get_logger("gateway.store")
 #: A call of a batch that failed, left in its place: redis-py's error, or ours.
@@ -89,8 +89,8 @@ class RedisFeeds(FeedStore):
             None if conn.cluster else Coalescer(self._flush)
         )
         #: Appends go over the node's lane (one raw pipelined connection, see
-        #: ``lane.py``), and so does the periodic verify; not on a cluster, nor with
-        #: ``min_replicas`` (its WAIT must follow the writes on their connection).
+        #: ``client/pipelined.py``), and so does the periodic verify; not on a cluster,
+        #: nor with ``min_replicas`` (its WAIT must follow the writes on their connection).
         #: State checks and history reads stay on redis-py's pool: concurrent
         #: subscribes share them (the hub's single flights), and a faster call is
         #: shared by fewer.

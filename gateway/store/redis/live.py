@@ -2,7 +2,7 @@
 pub/sub channel; a node subscribes to the channels of the feeds it follows and takes the
 live items from those messages.
 
-One listening connection (:mod:`listener`) per server: the one Redis, or on a cluster
+One listening connection (:mod:`.client.subscriber`) per server: the one Redis, or on a cluster
 each shard master that owns a followed feed (sharded pub/sub, ``SSUBSCRIBE``: a node
 subscribes only where its feeds live, and a channel whose slot migrates is subscribed
 again where it lives then).  A stream is read (one non-blocking ``XREAD`` per call; per
@@ -29,11 +29,11 @@ from gateway.limits import Charge
 from gateway.store.base import Batch, LiveFeed, LiveSink, Positions, push
 from gateway.store.hold import HoldPolicy
 from gateway.store.redis.client.errors import map_exceptions
+from gateway.store.redis.client.subscriber import HandOver, Listener, Messages, Waker
+from gateway.store.redis.client.subscriber import connect as connect_listener
 from gateway.store.redis.client.topology import ListenerAddress
 from gateway.store.redis.connection import RedisConnection
 from gateway.store.redis.feeds import RedisFeeds, stored_item
-from gateway.store.redis.listener import HandOver, Listener, Messages, Waker
-from gateway.store.redis.listener import connect as connect_listener
 
 #: What one wait for messages returns: items per feed, feeds to read from their stream,
 #: append times, transient messages.
