@@ -1,4 +1,4 @@
-"""``gateway.store.redis.coalesce``: calls of one loop iteration in one flush (no Redis:
+"""``gateway.store.redis.client.batching``: calls of one loop iteration in one flush (no Redis:
 the flush is a function of the test's)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import anyio.lowlevel
 import pytest
 
 from gateway.errors import Unavailable
-from gateway.store.redis.coalesce import Coalescer
+from gateway.store.redis.client.batching import Coalescer
 
 pytestmark = pytest.mark.anyio
 

@@ -1,5 +1,5 @@
-"""The lane (``gateway/store/redis/lane.py``): one pipelined connection for appends, on a
-``redis-server`` of the test's own: replies reach their callers in order, the
+"""The lane (``gateway/store/redis/client/pipelined.py``): one pipelined connection for
+appends, on a ``redis-server`` of the test's own: replies reach their callers in order, the
 handshake authenticates and selects, a lost connection is replaced and only unanswered
 commands are sent again, a demoted master is refused, a restart is noticed, a command
 goes at once to an idle connection and the loop iteration's others in one write after
@@ -20,9 +20,9 @@ import redis
 from gateway.errors import Unavailable
 from gateway.feed import NewItem, team_feed
 from gateway.store.redis import RedisFeeds
+from gateway.store.redis.client.pipelined import Lane
+from gateway.store.redis.client.resp import _pack, pack
 from gateway.store.redis.connection import RedisConnection
-from gateway.store.redis.lane import Lane
-from gateway.store.redis.resp import _pack, pack
 from tests.support.redis_server import RedisServer
 from tests.support.wait import until
 

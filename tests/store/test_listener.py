@@ -8,10 +8,10 @@ import pytest
 import redis.asyncio as aioredis
 from httpx_sse import aconnect_sse
 
+from gateway.store.redis.client.subscriber import connect
 from gateway.store.redis.client.topology import ListenerAddress
 from gateway.store.redis.connection import RedisConnection
 from gateway.store.redis.faults import ListenerLost
-from gateway.store.redis.listener import connect
 from tests.support import events as ev
 from tests.support.node import auth, start_node
 from tests.support.redis_server import RedisServer

@@ -20,8 +20,8 @@ import anyio
 import pytest
 import redis.asyncio as aioredis
 
+from gateway.store.redis.client.subscriber import HOLD_LOWAT, LOWAT_HOLDS, Listener, connect
 from gateway.store.redis.client.topology import ListenerAddress
-from gateway.store.redis.listener import HOLD_LOWAT, LOWAT_HOLDS, Listener, connect
 from tests.support.wait import until
 
 pytestmark = pytest.mark.anyio

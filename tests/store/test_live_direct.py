@@ -26,8 +26,8 @@ from gateway.errors import Unavailable
 from gateway.feed import FeedKey, NewItem, team_feed
 from gateway.store.base import Backend, Batch
 from gateway.store.last_seen import chain_next
+from gateway.store.redis.client.subscriber import Waker, connect
 from gateway.store.redis.client.topology import ListenerAddress
-from gateway.store.redis.listener import Waker, connect
 from gateway.store.redis.live import RedisLive
 from tests.support import events as ev
 from tests.support.backends import open_backend, redis_feeds
@@ -210,9 +210,11 @@ async def test_while_the_reader_has_something_pending_messages_go_to_it(
         elif pending == "reset of this feed":
             state = await backend.feeds.state(f)
             assert state is not None
-            conn.pending_resets[f] = state
+            redis_feeds(backend).pending_resets[f] = state
         else:
-            conn.woken = True
+            live = backend.live
+            assert isinstance(live, RedisLive)
+            live.woken = True
         await backend.feeds.append(f, items(1), retention=100)
         got = await read.result()
     # Not handed over: the reader took it, in its turn (a pending reset is then the
@@ -229,7 +231,7 @@ async def test_a_reset_pending_for_another_feed_does_not_stop_the_hand_over(
     # reader that follows it takes it): it must not turn the hand-over off.
     other = feed()
     r = await backend.feeds.append(other, items(1), retention=100)
-    redis_feeds(backend).conn.pending_resets[other] = r.state
+    redis_feeds(backend).pending_resets[other] = r.state
     async with WaitingRead(backend, positions, direct).started() as read:
         await backend.feeds.append(f, items(1), retention=100)
         await direct.until(f, 1)

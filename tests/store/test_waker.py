@@ -7,7 +7,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from gateway.store.redis.listener import Waker
+from gateway.store.redis.client.subscriber import Waker
 
 pytestmark = pytest.mark.anyio
 

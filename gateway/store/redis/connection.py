@@ -3,7 +3,8 @@ the error boundary every command goes through, and the node-wide facts the Redis
 share.  Each concern of its own lives beside it: the URL and settings
 (:mod:`..settings`, parsed once), where the servers are (:mod:`.client.topology`), which
 server process was reached (:mod:`.client.identity`), the key names (:mod:`..keys`)
-and the one error map (:mod:`.client.errors`).
+and the one error map (:mod:`.client.errors`).  The store modules reach Redis through
+:attr:`RedisConnection.redis` (:class:`~.client.redis_client.RedisClient`) alone.
 
 Every ``redis.exceptions`` error (and socket error) raised inside :meth:`RedisConnection.io`
 becomes :class:`~gateway.errors.Unavailable` (:func:`~.client.errors.map_exceptions`),
@@ -22,7 +23,7 @@ import contextlib
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import anyio
@@ -35,11 +36,13 @@ from redis.backoff import ExponentialBackoff
 from redis.maint_notifications import MaintNotificationsConfig
 
 from gateway.errors import Unavailable
-from gateway.feed import FeedKey, FeedState
 from gateway.loopmetrics import Bins
 from gateway.metrics import Metrics
 from gateway.store.redis.client.errors import map_exceptions
 from gateway.store.redis.client.identity import ServerIdentity
+from gateway.store.redis.client.pipelined import Lane
+from gateway.store.redis.client.redis_client import RedisClient
+from gateway.store.redis.client.resp import Dial, pack
 from gateway.store.redis.client.topology import (
     ClusterSeed,
     SentinelResolved,
@@ -47,8 +50,6 @@ from gateway.store.redis.client.topology import (
     Topology,
 )
 from gateway.store.redis.keys import KeyLayout
-from gateway.store.redis.lane import Lane
-from gateway.store.redis.resp import Dial, pack
 from gateway.store.redis.settings import (
     CLUSTER,
     SENTINEL,
@@ -69,8 +70,7 @@ class RedisConnection:
     (:class:`ServerIdentity`, :attr:`server`); ``feed_keys`` and ``fold_key`` the key
     layout's (:class:`KeyLayout`, :attr:`keys`); ``topology``, ``refresh_topology``,
     ``shard_of``, ``listener_address``, ``routed`` and ``master_address`` the
-    topology's (:class:`Topology`, :attr:`servers`).  ``pending_resets`` holds feeds a
-    request moved to a new epoch; the reader reports them to the followers.
+    topology's (:class:`Topology`, :attr:`servers`).
     """
 
     def __init__(
@@ -125,13 +125,10 @@ class RedisConnection:
         self.fold_key = self.keys.fold_key
         self.client: Any = self._client(settings, max_connections)
         servers.client = self.client
+        #: The one interface the store modules reach Redis through.
+        self.redis = RedisClient(self)
         #: Where command durations go (``gateway_redis_command_seconds``).
         self.metrics = metrics
-        #: Set by :meth:`wake`; the live reader re-reads its subscriptions when set.
-        self.woken = False
-        #: Called by :meth:`wake` to interrupt the live reader's wait (set by it).
-        self.on_wake: Callable[[], None] | None = None
-        self.pending_resets: dict[FeedKey, FeedState] = {}
         self._lane: Lane | None = None
 
     def _client(self, settings: RedisSettings, max_connections: int) -> Any:
@@ -249,7 +246,7 @@ class RedisConnection:
         self.reached(bytes(info), path or f"{connection.host}:{connection.port}")
 
     def lane(self) -> Lane | None:
-        """The node's one lane for the append step (:mod:`.lane`), made on first use;
+        """The node's one lane for the append step (:mod:`.client.pipelined`), made on first use;
         None on a cluster, whose keys live on their own shards."""
         if self.cluster:
             return None
@@ -315,12 +312,6 @@ class RedisConnection:
     def metrics_unreplicated(self) -> None:
         if self.metrics is not None:
             self.metrics.unreplicated_appends.inc()
-
-    async def wake(self) -> None:
-        """Make this node's live reader return from its wait and re-read its feeds."""
-        self.woken = True
-        if self.on_wake is not None:
-            self.on_wake()
 
     async def ping(self) -> None:
         """The server answers (on a cluster: every master that serves slots)."""

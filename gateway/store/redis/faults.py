@@ -1,9 +1,9 @@
 """The raw Redis connections' failures.
 
-:mod:`lane`, :mod:`resp` and :mod:`listener` raise them, and the adapter's one error
-map (:mod:`gateway.store.redis.client.errors`) takes them in.  Each is an ``OSError``
-(``ConnectionError``), so a caller that treats any socket failure as "Redis may have
-moved" treats these the same way.
+:mod:`.client.pipelined`, :mod:`.client.resp` and :mod:`.client.subscriber` raise
+them, and the adapter's one error map (:mod:`gateway.store.redis.client.errors`) takes
+them in.  Each is an ``OSError`` (``ConnectionError``), so a caller that treats any
+socket failure as "Redis may have moved" treats these the same way.
 """
 
 from __future__ import annotations

@@ -9,15 +9,14 @@ noticed by whoever reads it first.
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
 from typing import Any
 from urllib.parse import quote
 
 import anyio
-import redis.exceptions
+import redis.exceptions as redis_errors
 import structlog
 
 from gateway.cursor import Cursor
@@ -26,13 +25,12 @@ from gateway.feed import AppendResult, FeedKey, FeedState, NewItem, StoredItem
 from gateway.limits import Charge
 from gateway.store.base import Batch, FeedStore, Joined, history_start
 from gateway.store.redis.client.errors import map_exceptions, refusal
-from gateway.store.redis.coalesce import Coalescer
+from gateway.store.redis.client.resp import pack, refused
 from gateway.store.redis.connection import RedisConnection
-from gateway.store.redis.resp import pack, refused
 
 log = structlog.get_logger("gateway.store")
 #: A call of a batch that failed, left in its place: redis-py's error, or ours.
-_FAILED = (redis.exceptions.RedisError, Unavailable)
+_FAILED = (redis_errors.RedisError, Unavailable)
 
 _MAX_SEQ = 18446744073709551615  # stream ids are <ms>-<seq>, both 64-bit
 
@@ -71,9 +69,9 @@ class RedisFeeds(FeedStore):
     ) -> None:
         super().__init__()
         self.conn = conn
-        self._redis = conn.client
-        self._script = self._redis.register_script(SCRIPT)
-        self._take = self._redis.register_script(TAKE_SCRIPT)
+        self._redis = conn.redis
+        self._script = self._redis.script(SCRIPT)
+        self._take = self._redis.script(TAKE_SCRIPT)
         #: Each tenant's bucket key, remembered like the feeds' keys (see rate_key).
         self._rate_keys: dict[str, str] = {}
         #: How long a feed ``recreate`` makes lives unless something is appended.
@@ -85,20 +83,23 @@ class RedisFeeds(FeedStore):
         #: Script calls of one loop iteration that go through redis-py (state checks;
         #: appends when there is no lane) in one pipeline (not on a cluster, whose
         #: calls go to their shards one by one anyway).
-        self._coalescer: Coalescer[tuple[list[str], list[Any]], Any] | None = (
-            None if conn.cluster else Coalescer(self._flush)
-        )
+        self._coalescer = None if conn.cluster else self._redis.coalescer(self._flush)
         #: Appends go over the node's lane (one raw pipelined connection, see
-        #: ``lane.py``), and so does the periodic verify; not on a cluster, nor with
+        #: ``client/pipelined.py``), and so does the periodic verify; not on a cluster, nor with
         #: ``min_replicas`` (its WAIT must follow the writes on their connection).
         #: State checks and history reads stay on redis-py's pool: concurrent
         #: subscribes share them (the hub's single flights), and a faster call is
         #: shared by fewer.
-        self._lane = None if min_replicas else conn.lane()
+        self._lane = not min_replicas and self._redis.pipelined
         #: Where the lane's append steps are timed (its series, looked up once).
         self._append_seconds = conn.command_seconds("append")
         #: The last :meth:`verify` could not check some feed (try again soon).
         self.deferred = False
+        #: Feeds a request moved to a new epoch: this node's live reader reports them
+        #: to their followers (and takes them out).
+        self.pending_resets: dict[FeedKey, FeedState] = {}
+        #: Called when a request moved a feed on (set by the live reader: it wakes).
+        self.on_rebased: Callable[[], None] | None = None
         if min_replicas and conn.cluster:
             raise ValueError(
                 "redis_min_replicas needs one connection per write and its WAIT: not "
@@ -176,7 +177,7 @@ class RedisFeeds(FeedStore):
             keys.append(self.rate_key(charge.tenant))
         if self.conn.cluster:
             await self.conn.topology()  # learnt once, single-flight (see there)
-        if mode == "append" and self._lane is not None:
+        if mode == "append" and self._lane:
             # Bounded by the lane itself (its write timer): no cancel scope per call.
             started = time.perf_counter()
             try:
@@ -193,14 +194,20 @@ class RedisFeeds(FeedStore):
                 if isinstance(reply, _FAILED):
                     raise reply
             return reply
-        with self.conn.io(mode, "append" if mode == "append" else "state"):
-            if mode != "append" or not self.min_replicas:
-                return await self._script(keys=keys, args=args)
-            # WAIT on the same connection as the write (one pipeline): how many
-            # replicas have it.  Too few: the items may still be lost in a failover.
-            [reply, replicas] = await self._evalsha_many(
-                [(keys, args)], wait=(self.min_replicas, self.replica_timeout_ms)
+        metric = "append" if mode == "append" else "state"
+        if mode != "append" or not self.min_replicas:
+            return await self._redis.call(
+                mode, lambda _: self._script(keys=keys, args=args), metric=metric
             )
+        # WAIT on the same connection as the write (one pipeline): how many
+        # replicas have it.  Too few: the items may still be lost in a failover.
+        [reply, replicas] = await self._redis.call(
+            mode,
+            lambda redis: self._evalsha_many(
+                redis, [(keys, args)], wait=(self.min_replicas, self.replica_timeout_ms)
+            ),
+            metric=metric,
+        )
         if reply[0] == b"ok" and int(replicas) < self.min_replicas:
             self.conn.metrics_unreplicated()
             raise Unavailable(
@@ -316,8 +323,8 @@ class RedisFeeds(FeedStore):
             # choosing, and keeps doing so on the MOVED it gets (its routing is decided
             # once per call): the map is learnt first, as for every other call.
             await self.conn.topology()
-        with self.conn.io("publish rate"):
-            held = await self._take(keys=[self.rate_key(charge.tenant)], args=args)
+        key = self.rate_key(charge.tenant)
+        held = await self._redis.call("publish rate", lambda _: self._take(keys=[key], args=args))
         if held is not None:
             raise charge.refused(float(held))
         charge.taken = True
@@ -328,45 +335,51 @@ class RedisFeeds(FeedStore):
         charge.taken = False
         args = [*charge.rate.args, -charge.items]
         try:
-            with self.conn.io("publish rate"):
-                await self._take(keys=[self.rate_key(charge.tenant)], args=args)
+            key = self.rate_key(charge.tenant)
+            await self._redis.call("publish rate", lambda _: self._take(keys=[key], args=args))
         except GatewayError as exc:
             log.warning("giving back a publish's rate tokens failed", error=exc.message)
 
     async def _flush(self, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
         # Timed as an append if the batch holds one, else as the state checks it is.
         command = "append" if any(args[0] == "append" for _, args in calls) else "state"
-        with self.conn.io("append step", command):
-            if len(calls) > 1:
-                return await self._evalsha_many(calls, raise_errors=False)
-            # Alone: a plain call costs redis-py less than a pipeline of one.
-            [(keys, args)] = calls
-            try:
-                return [await self._script(keys=keys, args=args)]
-            except redis.exceptions.ResponseError as exc:
-                return [exc]
+        return await self._redis.call(
+            "append step", lambda redis: self._send(redis, calls), metric=command
+        )
+
+    async def _send(self, redis: Any, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
+        """The coalesced calls' answers (see :meth:`_flush`), on redis-py's client
+        ``redis``."""
+        if len(calls) > 1:
+            return await self._evalsha_many(redis, calls, raise_errors=False)
+        # Alone: a plain call costs redis-py less than a pipeline of one.
+        [(keys, args)] = calls
+        try:
+            return [await self._script(keys=keys, args=args)]
+        except redis_errors.ResponseError as exc:
+            return [exc]
 
     async def _evalsha_lane(self, calls: Sequence[tuple[list[str], list[Any]]]) -> list[Any]:
         """Append-step calls over the lane, their answers in order; a refused call's
         answer is an Unavailable in its place.  As in :meth:`_evalsha_many`, calls a
         server without the script refused (``NOSCRIPT``) are sent again once, after
         the script is loaded."""
-        assert self._lane is not None
         sha = self._script.sha
         commands = [pack(["EVALSHA", sha, len(keys), *keys, *args]) for keys, args in calls]
-        replies = await self._lane.run(commands)
+        replies = await self._redis.send(commands)
         todo = [i for i, reply in enumerate(replies) if refused(reply, "NOSCRIPT")]
         if todo:
-            [loaded] = await self._lane.run([pack(["SCRIPT", "LOAD", SCRIPT])])
+            [loaded] = await self._redis.send([pack(["SCRIPT", "LOAD", SCRIPT])])
             if refused(loaded):
                 raise refusal("the append step's script", loaded)
-            again = await self._lane.run([commands[i] for i in todo])
+            again = await self._redis.send([commands[i] for i in todo])
             for i, reply in zip(todo, again, strict=True):
                 replies[i] = reply
         return [refusal("append", reply) if refused(reply) else reply for reply in replies]
 
     async def _evalsha_many(
         self,
+        redis: Any,
         calls: Sequence[tuple[list[str], list[Any]]],
         *,
         wait: tuple[int, int] | None = None,
@@ -376,14 +389,15 @@ class RedisFeeds(FeedStore):
         ``wait``, the WAIT's answer last); an error is raised, or left in its place
         without ``raise_errors``.  A server that lost its scripts (a restart, SCRIPT
         FLUSH) ran none of them: the script is loaded and just those calls are sent
-        again, once.  (On a cluster the pipeline is split by shard.)"""
+        again, once.  (On a cluster the pipeline is split by shard.)  ``redis`` is
+        redis-py's client, inside :meth:`RedisClient.call`'s boundary."""
         if self.conn.cluster:
             return await self._evalsha_concurrently(calls, raise_errors=raise_errors)
         replies: list[Any] = [None] * len(calls)
         waited: Any = None
         todo = list(range(len(calls)))
         for attempt in range(2):
-            async with self._redis.pipeline(transaction=False) as pipe:
+            async with redis.pipeline(transaction=False) as pipe:
                 for i in todo:
                     keys, args = calls[i]
                     pipe.evalsha(self._script.sha, len(keys), *keys, *args)
@@ -394,10 +408,10 @@ class RedisFeeds(FeedStore):
                 waited = answers.pop()
             for i, answer in zip(todo, answers, strict=True):
                 replies[i] = answer
-            todo = [i for i in todo if isinstance(replies[i], redis.exceptions.NoScriptError)]
+            todo = [i for i in todo if isinstance(replies[i], redis_errors.NoScriptError)]
             if not todo or attempt:
                 break
-            await self._redis.script_load(SCRIPT)
+            await redis.script_load(SCRIPT)
         if raise_errors:
             for reply in replies:
                 if isinstance(reply, _FAILED):
@@ -444,11 +458,16 @@ class RedisFeeds(FeedStore):
             for feed, items in appends
         ]
         wait = (self.min_replicas, self.replica_timeout_ms) if self.min_replicas else None
-        with self.conn.io("append", "append_many"):
-            if self._lane is not None:
-                replies = await self._evalsha_lane(calls)
-            else:
-                replies = await self._evalsha_many(calls, wait=wait, raise_errors=False)
+        if self._lane:
+            replies = await self._redis.call(
+                "append", lambda _: self._evalsha_lane(calls), metric="append_many"
+            )
+        else:
+            replies = await self._redis.call(
+                "append",
+                lambda redis: self._evalsha_many(redis, calls, wait=wait, raise_errors=False),
+                metric="append_many",
+            )
         if wait is not None:
             replicas = replies.pop()
             if isinstance(replicas, int) and replicas < self.min_replicas:
@@ -516,9 +535,9 @@ class RedisFeeds(FeedStore):
     async def _rebased(self, feed: FeedKey, state: FeedState) -> None:
         """A request noticed a rollback and moved the feed on: tell this node's reader."""
         self.known.reset(feed, state)
-        self.conn.pending_resets[feed] = state
-        with contextlib.suppress(Unavailable):
-            await self.conn.wake()
+        self.pending_resets[feed] = state
+        if self.on_rebased is not None:
+            self.on_rebased()
 
     async def rebase(self, feed: FeedKey) -> FeedState | None:
         """Check the feed (moving it to a new epoch if it rolled back, recreating it if
@@ -534,15 +553,15 @@ class RedisFeeds(FeedStore):
         return state
 
     async def offset_of(self, feed: FeedKey, key: str) -> int | None:
-        with self.conn.io("offset_of"):
-            raw = await self._redis.hget(self.keys(feed)[2], key)
+        idem = self.keys(feed)[2]
+        raw = await self._redis.call("offset_of", lambda redis: redis.hget(idem, key))
         return None if raw is None else int(raw)
 
     async def expire(self, feed: FeedKey, seconds: float) -> None:
         ms = max(1, int(seconds * 1000))
-        with self.conn.io("expire"):
-            meta, stream, idem = self.keys(feed)
-            pipe = self._redis.pipeline(transaction=False)  # see _evalsha_many
+        meta, stream, idem = self.keys(feed)
+
+        def queue(pipe: Any) -> None:
             for key in (stream, idem, self.conn.fold_key(feed)):
                 pipe.pexpire(key, ms)
             # Deleted on purpose, not lost: the metadata outlives the stream, marked
@@ -550,14 +569,15 @@ class RedisFeeds(FeedStore):
             # (for a while after the deletion; see feed.lua).
             pipe.hset(meta, "gone", b"1")
             pipe.pexpire(meta, ms + self.tombstone_ms)
-            await pipe.execute()
+
+        await self._redis.pipeline("expire", queue)
 
     async def read(self, feed: FeedKey, after: Cursor, limit: int) -> list[StoredItem]:
         _, stream, _ = self.keys(feed)
-        with self.conn.io("read", "xrange"):
-            entries = await self._redis.xrange(
-                stream, f"{after.epoch}-{after.offset + 1}", f"{after.epoch}-{_MAX_SEQ}", limit
-            )
+        start, end = f"{after.epoch}-{after.offset + 1}", f"{after.epoch}-{_MAX_SEQ}"
+        entries = await self._redis.call(
+            "read", lambda redis: redis.xrange(stream, start, end, limit), metric="xrange"
+        )
         items = [stored_item(entry_id, fields) for entry_id, fields in entries]
         if items and not self.continues(feed, items):
             # The stored history contradicts what this node saw: move the feed on.
@@ -570,6 +590,18 @@ class RedisFeeds(FeedStore):
         (:meth:`KnownPositions.continues`; ``before``: the chain value announced right
         before ``items[0]``, if known)."""
         return self.known.continues(feed, items, before)
+
+    async def _check(self, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
+        """The answers to one chunk of :meth:`verify`'s calls (an error in its place)."""
+        if self._lane:
+            return await self._redis.call(
+                "verify", lambda _: self._evalsha_lane(calls), metric="verify"
+            )
+        return await self._redis.call(
+            "verify",
+            lambda redis: self._evalsha_many(redis, calls, raise_errors=False),
+            metric="verify",
+        )
 
     async def verify(self, positions: Mapping[FeedKey, Cursor]) -> dict[FeedKey, Batch]:
         """Check that each followed feed still continues what this node delivered.
@@ -589,11 +621,7 @@ class RedisFeeds(FeedStore):
             calls = [
                 (self._script_keys(feed), self._args(feed, "recreate", 1, ())) for feed in chunk
             ]
-            with self.conn.io("verify", "verify"):
-                if self._lane is not None:
-                    replies = await self._evalsha_lane(calls)
-                else:
-                    replies = await self._evalsha_many(calls, raise_errors=False)
+            replies = await self._check(calls)
             for feed, reply in zip(chunk, replies, strict=True):
                 position = positions.get(feed)
                 if position is None:

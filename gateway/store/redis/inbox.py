@@ -33,7 +33,7 @@ class RedisInboxQueue(InboxQueue):
     def __init__(self, conn: RedisConnection, name: str, shard: int | None = None) -> None:
         self.name = name if shard is None else f"{name}:{shard}"
         self.conn = conn
-        self._redis = conn.client
+        self._redis = conn.redis
         self._stream = inbox_key(conn.prefix, name, shard).encode()
         self._dead = dead_letter_key(conn.prefix, name, shard).encode()
         self._consumer = conn.node_id.encode()
@@ -41,12 +41,15 @@ class RedisInboxQueue(InboxQueue):
     async def ensure_group(self) -> None:
         await self.conn.topology()
         try:
-            with self.conn.io("inbox group", "inbox"):
-                # Named for its shard: redis-py routes XGROUP CREATE by the wrong word.
-                await self._redis.execute_command(
-                    "XGROUP", "CREATE", self._stream, GROUP, "0", "MKSTREAM",
-                    **self.conn.routed(self._stream),
-                )  # fmt: skip
+            # Named for its shard: redis-py routes XGROUP CREATE by the wrong word.
+            routed = self.conn.routed(self._stream)
+            await self._redis.call(
+                "inbox group",
+                lambda redis: redis.execute_command(
+                    "XGROUP", "CREATE", self._stream, GROUP, "0", "MKSTREAM", **routed
+                ),
+                metric="inbox",
+            )
         except Unavailable as exc:
             if "BUSYGROUP" not in exc.message:
                 raise Unavailable(f"cannot create inbox group: {exc.message}") from exc
@@ -54,30 +57,42 @@ class RedisInboxQueue(InboxQueue):
     async def read(self, *, pending: bool, block_ms: int | None, count: int) -> list[InboxMessage]:
         # A blocking read waits for producers: only non-blocking ones are timed.
         within = self.conn.timeout + (block_ms or 0) / 1000
-        with self.conn.io("inbox read", None if block_ms else "inbox", within=within):
-            args: list[Any] = ["XREADGROUP", "GROUP", GROUP, self._consumer, "COUNT", count]
-            if block_ms is not None:
-                args += ["BLOCK", block_ms]
-            args += ["STREAMS", self._stream, "0" if pending else ">"]
-            reply = await self._redis.execute_command(*args, **self.conn.routed(self._stream))
+        args: list[Any] = ["XREADGROUP", "GROUP", GROUP, self._consumer, "COUNT", count]
+        if block_ms is not None:
+            args += ["BLOCK", block_ms]
+        args += ["STREAMS", self._stream, "0" if pending else ">"]
+        routed = self.conn.routed(self._stream)
+        reply = await self._redis.call(
+            "inbox read",
+            lambda redis: redis.execute_command(*args, **routed),
+            metric=None if block_ms else "inbox",
+            within=within,
+        )
         entries = reply[0][1] if reply else []
         return [InboxMessage(msg_id, fields) for msg_id, fields in entries]
 
     async def claim(self, idle_ms: int, count: int) -> list[InboxMessage]:
-        with self.conn.io("inbox claim", "inbox"):
-            reply = await self._redis.xautoclaim(
+        reply = await self._redis.call(
+            "inbox claim",
+            lambda redis: redis.xautoclaim(
                 self._stream, GROUP, self._consumer, idle_ms, "0-0", count=count
-            )
+            ),
+            metric="inbox",
+        )
         return [InboxMessage(msg_id, fields or None) for msg_id, fields in reply[1]]
 
     async def ack(self, message_id: bytes) -> None:
-        with self.conn.io("inbox ack", "inbox"):
-            await self._redis.xack(self._stream, GROUP, message_id)
+        await self._redis.call(
+            "inbox ack", lambda redis: redis.xack(self._stream, GROUP, message_id), metric="inbox"
+        )
 
     async def dead_letter(self, message: InboxMessage, reason: str, text: str) -> None:
         entry = dict(message.fields or {})
         entry[b"id"] = message.id
         entry[b"reason"] = reason.encode()
         entry[b"message"] = text.encode()
-        with self.conn.io("inbox dead letter", "inbox"):
-            await self._redis.xadd(self._dead, entry, maxlen=DEAD_LETTER_LIMIT, approximate=True)
+        await self._redis.call(
+            "inbox dead letter",
+            lambda redis: redis.xadd(self._dead, entry, maxlen=DEAD_LETTER_LIMIT, approximate=True),
+            metric="inbox",
+        )

@@ -12,6 +12,7 @@ expiry of the whole set a day after its last touch.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 from urllib.parse import quote
 
 from gateway.feed import FeedKey, FeedKind
@@ -45,15 +46,16 @@ class RedisFeedIndex(FeedIndex):
             group[feed.id] = max(ms, group.get(feed.id, ms))
         if not groups:
             return
-        with self.conn.io("feed index update", "index_touch"):
-            async with self.conn.client.pipeline(transaction=False) as pipe:
-                for key, group in groups.items():
-                    newest = max(group.values())
-                    pipe.zadd(key, group, gt=True)
-                    pipe.zremrangebyscore(key, "-inf", f"({newest - self._max_age_ms}")
-                    pipe.zremrangebyrank(key, 0, -(self._max_feeds + 1))
-                    pipe.pexpire(key, self._max_age_ms)
-                await pipe.execute()
+
+        def queue(pipe: Any) -> None:
+            for key, group in groups.items():
+                newest = max(group.values())
+                pipe.zadd(key, group, gt=True)
+                pipe.zremrangebyscore(key, "-inf", f"({newest - self._max_age_ms}")
+                pipe.zremrangebyrank(key, 0, -(self._max_feeds + 1))
+                pipe.pexpire(key, self._max_age_ms)
+
+        await self.conn.redis.pipeline("feed index update", queue, metric="index_touch")
 
     async def page(
         self, tenant: str, kind: FeedKind, *, before: IndexEntry | None, limit: int
@@ -63,13 +65,14 @@ class RedisFeedIndex(FeedIndex):
         key = self.key(tenant, kind)
         top = "+inf" if before is None else str(before.updated_ms)
         out: list[IndexEntry] = []
-        offset = 0
         # Entries sharing ``before``'s millisecond sort by id (descending): skip those at
         # or above it.  The set's size bounds the steps.
-        with self.conn.io("feed index read", "index_page"):
+
+        async def scan(redis: Any) -> list[IndexEntry]:
+            offset = 0
             while offset <= self._max_feeds:
                 want = limit - len(out) + SCAN_STEP * (offset > 0)
-                rows = await self.conn.client.zrange(
+                rows = await redis.zrange(
                     key,
                     top,
                     "-inf",
@@ -92,9 +95,13 @@ class RedisFeedIndex(FeedIndex):
                         return out
                 if len(rows) < want:
                     break
-        return out
+            return out
+
+        return await self.conn.redis.call("feed index read", scan, metric="index_page")
 
     async def forget(self, tenant: str, kind: FeedKind, ids: Sequence[str]) -> None:
         if ids:
-            with self.conn.io("feed index update", "index_forget"):
-                await self.conn.client.zrem(self.key(tenant, kind), *ids)
+            key = self.key(tenant, kind)
+            await self.conn.redis.call(
+                "feed index update", lambda redis: redis.zrem(key, *ids), metric="index_forget"
+            )

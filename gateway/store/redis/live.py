@@ -2,7 +2,7 @@
 pub/sub channel; a node subscribes to the channels of the feeds it follows and takes the
 live items from those messages.
 
-One listening connection (:mod:`listener`) per server: the one Redis, or on a cluster
+One listening connection (:mod:`.client.subscriber`) per server: the one Redis, or on a cluster
 each shard master that owns a followed feed (sharded pub/sub, ``SSUBSCRIBE``: a node
 subscribes only where its feeds live, and a channel whose slot migrates is subscribed
 again where it lives then).  A stream is read (one non-blocking ``XREAD`` per call; per
@@ -29,11 +29,10 @@ from gateway.limits import Charge
 from gateway.store.base import Batch, LiveFeed, LiveSink, Positions, push
 from gateway.store.hold import HoldPolicy
 from gateway.store.redis.client.errors import map_exceptions
+from gateway.store.redis.client.subscriber import HandOver, Listener, Messages, Waker
 from gateway.store.redis.client.topology import ListenerAddress
 from gateway.store.redis.connection import RedisConnection
 from gateway.store.redis.feeds import RedisFeeds, stored_item
-from gateway.store.redis.listener import HandOver, Listener, Messages, Waker
-from gateway.store.redis.listener import connect as connect_listener
 
 #: What one wait for messages returns: items per feed, feeds to read from their stream,
 #: append times, transient messages.
@@ -59,12 +58,15 @@ class RedisLive(LiveFeed):
     def __init__(self, conn: RedisConnection, feeds: RedisFeeds, *, linger: float = 0.002) -> None:
         self.conn = conn
         self.feeds = feeds
-        self._redis = conn.client
+        self._redis = conn.redis
         self._waker = Waker()
         #: One listener per server address, and where each followed feed listens.
         self._listeners: dict[ListenerAddress, Listener] = {}
         self._route: dict[FeedKey, ListenerAddress] = {}
-        conn.on_wake = self._waker.wake
+        feeds.on_rebased = self._wake
+        #: Set by :meth:`wake`: the reader re-reads its subscriptions (and reports the
+        #: feeds' pending resets) on its next turn.
+        self.woken = False
         #: Feeds the previous read followed, and their stream keys (cached).
         self._followed: set[FeedKey] = set()
         #: The generation of the positions ``_followed`` was taken from (None: unknown).
@@ -95,14 +97,21 @@ class RedisLive(LiveFeed):
                 await self.feeds.take(charge, (channel, TRANSIENT_MARK + data))
                 return
             await self.feeds.take(charge)
-        with self.conn.io("broadcast"):
-            if self.conn.cluster:
-                await self._redis.execute_command("SPUBLISH", channel, TRANSIENT_MARK + data)
-            else:
-                await self._redis.publish(channel, TRANSIENT_MARK + data)
+        message = TRANSIENT_MARK + data
+        if self.conn.cluster:
+            await self._redis.call(
+                "broadcast", lambda redis: redis.execute_command("SPUBLISH", channel, message)
+            )
+        else:
+            await self._redis.call("broadcast", lambda redis: redis.publish(channel, message))
 
     async def wake(self) -> None:
-        await self.conn.wake()
+        self._wake()
+
+    def _wake(self) -> None:
+        """Make the reader return from its wait and re-read its feeds."""
+        self.woken = True
+        self._waker.wake()
 
     @property
     def reading(self) -> bool:
@@ -201,12 +210,12 @@ class RedisLive(LiveFeed):
     ) -> dict[FeedKey, Batch]:
         """What :meth:`read_new` pushes at its end, by feed, in order."""
         resets = {
-            feed: Batch([], reset=self.conn.pending_resets.pop(feed))
-            for feed in list(self.conn.pending_resets)
+            feed: Batch([], reset=self.feeds.pending_resets.pop(feed))
+            for feed in list(self.feeds.pending_resets)
             if feed in positions
         }
-        if len(self.conn.pending_resets) > 10_000:  # reset feeds nobody here follows
-            self.conn.pending_resets.clear()
+        if len(self.feeds.pending_resets) > 10_000:  # reset feeds nobody here follows
+            self.feeds.pending_resets.clear()
         now = time.monotonic()
         suspect = self.conn.suspect
         if suspect or now - self._last_verify >= self.VERIFY_SECONDS:
@@ -255,8 +264,9 @@ class RedisLive(LiveFeed):
                 streams[self._stream_key(feed)] = b"%d-%d" % (pos.epoch, pos.offset)
         if not streams:
             return out
-        with self.conn.io("read_new", "xread"):
-            reply = await self._xread(streams, count)
+        reply = await self._redis.call(
+            "read_new", lambda redis: self._xread(redis, streams, count), metric="xread"
+        )
         for key, entries in reply:
             feed = self._feeds_by_key[key]
             items = [stored_item(entry_id, fields) for entry_id, fields in entries]
@@ -268,14 +278,14 @@ class RedisLive(LiveFeed):
                 out[feed] = Batch([], reset=await self.feeds.rebase(feed))
         return out
 
-    async def _xread(self, streams: dict[bytes, bytes], count: int) -> list[Any]:
+    async def _xread(self, redis: Any, streams: dict[bytes, bytes], count: int) -> list[Any]:
         """New entries of each stream after its position: one XREAD (streams of one
         server), or on a cluster one per stream in one pipeline (split by shard).  Each
         is ``[key, entries]``."""
         if not self.conn.cluster:
-            reply = await self._redis.xread(streams, count=count)
+            reply = await redis.xread(streams, count=count)
             return list(reply or ())
-        async with self._redis.pipeline(transaction=False) as pipe:
+        async with redis.pipeline(transaction=False) as pipe:
             for key, position in streams.items():
                 pipe.execute_command(
                     "XREAD", "COUNT", count, "STREAMS", key, position, **self.conn.routed(key)
@@ -288,9 +298,7 @@ class RedisLive(LiveFeed):
     async def _listener_at(self, address: ListenerAddress) -> Listener:
         listener = self._listeners.get(address)
         if listener is None:
-            listener = await connect_listener(
-                address, self.conn.dial, waker=self._waker, sharded=self.conn.cluster
-            )
+            listener = await self._redis.subscribe(address, self._waker)
             self._listeners[address] = listener
         return listener
 
@@ -350,9 +358,9 @@ class RedisLive(LiveFeed):
             generation = positions.generation if isinstance(positions, Positions) else None
             same = generation is not None and generation == self._followed_generation
             current = self._followed if same else set(positions)
-            if sweep or moved or self.conn.woken or (not same and current != self._followed):
+            if sweep or moved or self.woken or (not same and current != self._followed):
                 # The set of feeds changed: (un)subscribe, and read the new ones now.
-                self.conn.woken = False
+                self.woken = False
                 added, removed = current - self._followed, self._followed - current
                 # A failure here forgets the generation too (_replace_listeners below).
                 await self._subscribe(added)
@@ -433,9 +441,9 @@ class RedisLive(LiveFeed):
         seen: dict[FeedKey, Cursor] = {}
         for _ in range(1000):  # bounded; each round waits or takes messages
             waiting = any(listener.messages for listener in self._listeners.values())
-            if not todo and not self.conn.woken and not waiting:
+            if not todo and not self.woken and not waiting:
                 await self._waker.wait(max(0.0, deadline - time.monotonic()), hand_over)
-            woken = self.conn.woken
+            woken = self.woken
             for listener in list(self._listeners.values()):
                 if listener.failed is not None:
                     raise listener.failed
@@ -458,9 +466,9 @@ class RedisLive(LiveFeed):
         ``positions`` is the reader's live view: the sink moves it on.  Then holds the
         listeners as the policy says (:meth:`HoldPolicy.hold`)."""
         conn = self.conn
-        if conn.woken or conn.suspect:
+        if self.woken or conn.suspect:
             return messages
-        resets = conn.pending_resets
+        resets = self.feeds.pending_resets
         feeds_by_key = self._feeds_by_key
         left: Messages = []
         refused: set[FeedKey] = set()

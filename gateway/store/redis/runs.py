@@ -29,8 +29,8 @@ return 0
 class RedisRuns(RunIndex):
     def __init__(self, conn: RedisConnection) -> None:
         self.conn = conn
-        self._redis = conn.client
-        self._expire = self._redis.register_script(EXPIRE_IF_LATEST)
+        self._redis = conn.redis
+        self._expire = self._redis.script(EXPIRE_IF_LATEST)
 
     def key(self, tenant: str, thread_id: str) -> str:
         """The thread's index key; the tenant is percent-encoded as in feed tags, so no
@@ -39,12 +39,14 @@ class RedisRuns(RunIndex):
 
     async def record_run(self, tenant: str, thread_id: str, run_id: str, at: float) -> None:
         # SET without options also removes an expiry a previous run's end set.
-        with self.conn.io("record_run", "set"):
-            await self._redis.set(self.key(tenant, thread_id), f"{run_id} {at!r}".encode())
+        key, value = self.key(tenant, thread_id), f"{run_id} {at!r}".encode()
+        await self._redis.call("record_run", lambda redis: redis.set(key, value), metric="set")
 
     async def latest_run(self, tenant: str, thread_id: str) -> LatestRun | None:
-        with self.conn.io("latest_run", "get"):
-            raw: bytes | None = await self._redis.get(self.key(tenant, thread_id))
+        key = self.key(tenant, thread_id)
+        raw: bytes | None = await self._redis.call(
+            "latest_run", lambda redis: redis.get(key), metric="get"
+        )
         if raw is None:
             return None
         run_id, _, at = raw.decode("utf-8", "replace").partition(" ")
@@ -56,5 +58,9 @@ class RedisRuns(RunIndex):
 
     async def expire_run(self, tenant: str, thread_id: str, run_id: str, seconds: float) -> None:
         ms = max(1, int(seconds * 1000))
-        with self.conn.io("expire_run", "expire_run"):
-            await self._expire(keys=[self.key(tenant, thread_id)], args=[run_id, ms])
+        key = self.key(tenant, thread_id)
+        await self._redis.call(
+            "expire_run",
+            lambda redis: self._expire(keys=[key], args=[run_id, ms]),
+            metric="expire_run",
+        )

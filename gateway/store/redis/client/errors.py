@@ -20,7 +20,7 @@ import hiredis
 import redis.exceptions
 
 from gateway.errors import Unavailable
-from gateway.store.redis.resp import describe
+from gateway.store.redis.client.resp import describe
 
 #: Redis answered, refusing the command (its error reply).
 REFUSED = (redis.exceptions.ResponseError, hiredis.ReplyError)

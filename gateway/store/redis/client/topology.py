@@ -24,7 +24,7 @@ from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.connection import Connection, SSLConnection
 from redis.asyncio.sentinel import Sentinel
 
-from gateway.store.redis.resp import describe
+from gateway.store.redis.client.resp import describe
 from gateway.store.redis.settings import CLUSTER, SENTINEL, UNIX, RedisSettings
 
 

@@ -44,8 +44,8 @@ import anyio
 import hiredis
 
 from gateway.store.redis.client.errors import map_exceptions, refusal
+from gateway.store.redis.client.resp import Address, Dial, open_raw, pack, refused
 from gateway.store.redis.faults import LaneLost, LaneTimeout
-from gateway.store.redis.resp import Address, Dial, open_raw, pack, refused
 
 
 class Server(Protocol):

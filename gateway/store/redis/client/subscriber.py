@@ -28,9 +28,9 @@ import anyio
 import hiredis
 import structlog
 
+from gateway.store.redis.client.resp import PLAIN, Dial, open_raw, pack, refused
 from gateway.store.redis.client.topology import ListenerAddress
 from gateway.store.redis.faults import ListenerLost
-from gateway.store.redis.resp import PLAIN, Dial, open_raw, pack, refused
 
 log = structlog.get_logger("gateway.store")
 
