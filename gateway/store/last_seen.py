@@ -1,7 +1,7 @@
 """What this node last saw of each feed: the positions a rollback is noticed against.
 
 Compiled (README, "The compiled hot path"): every append reads and advances it.  Here,
-not in :mod:`gateway.store.base`, which stays interpreted (its abstract bases are
+not in :mod:`gateway.store.interfaces`, which stays interpreted (its abstract bases are
 combined by the stores).
 """
 

@@ -24,7 +24,7 @@ from gateway.cursor import Cursor
 from gateway.errors import GatewayError, HeadMoved, IdempotencyKeyReused, Unavailable
 from gateway.feed import AppendResult, FeedKey, FeedState, NewItem, StoredItem
 from gateway.limits import Charge
-from gateway.store.base import Batch, FeedStore, Joined, history_start
+from gateway.store.interfaces import Batch, FeedStore, Joined, history_start
 from gateway.store.redis.client.errors import map_exceptions, refusal
 from gateway.store.redis.coalesce import Coalescer
 from gateway.store.redis.connection import RedisConnection

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from gateway.cursor import Cursor
 from gateway.feed import FeedKey
-from gateway.store.base import FoldStore
+from gateway.store.interfaces import FoldStore
 from gateway.store.redis.connection import RedisConnection
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.errors import Unavailable
-from gateway.store.base import InboxMessage, InboxQueue
+from gateway.store.interfaces import InboxMessage, InboxQueue
 from gateway.store.redis.connection import RedisConnection
 
 GROUP = b"gateway"
