@@ -92,7 +92,7 @@ class RedisFeeds(FeedStore):
         #: ``lane.py``), and so does the periodic verify; not on a cluster, nor with
         #: ``min_replicas`` (its WAIT must follow the writes on their connection).
         #: State checks and history reads stay on redis-py's pool: concurrent
-        #: subscribes share them (the hub's single flights), and a faster call is
+        #: subscribes share them (the hub's shared reads), and a faster call is
         #: shared by fewer.
         self._lane = None if min_replicas else conn.lane()
         #: Where the lane's append steps are timed (its series, looked up once).

@@ -1,6 +1,6 @@
 """The Redis inbox streams: producers ``XADD`` messages; nodes read them as the consumer
 group ``gateway`` (docs/storage.md, "Inboxes").  What a message means, and what is
-appended, is decided above this module (``gateway.inbox``)."""
+appended, is decided above this module (``gateway.inbox_consumer``)."""
 
 from __future__ import annotations
 
