@@ -26,7 +26,7 @@ from gateway.fanout.outbox import Outbox
 from gateway.fanout.subscription import Subscription, SubState
 from gateway.feed import StoredItem, team_feed
 from gateway.metrics import Metrics
-from gateway.store.base import Batch
+from gateway.store.interfaces import Batch
 from gateway.store.memory import MemoryStore
 from gateway.wire.formats import TEAM_WS
 from gateway.wire.teamitem import team_payload

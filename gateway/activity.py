@@ -29,7 +29,7 @@ import structlog
 
 from gateway.errors import GatewayError
 from gateway.feed import FeedKey
-from gateway.store.base import FeedIndex
+from gateway.store.interfaces import FeedIndex
 
 log = structlog.get_logger("gateway.activity")
 

@@ -48,7 +48,7 @@ from gateway.net.connections import Connections, Ticker
 from gateway.net.server import HttpServer
 from gateway.publisher import Publisher
 from gateway.readiness import Readiness
-from gateway.store.base import Backend
+from gateway.store.interfaces import Backend
 from gateway.store.memory import MemoryStore, memory_backend
 from gateway.store.redis import from_settings, redis_backend
 

@@ -30,7 +30,7 @@ from gateway.errors import GatewayError, InvalidRequest, TooLarge, Unavailable
 from gateway.metrics import Metrics
 from gateway.outage import Outage
 from gateway.publisher import Publisher, Via
-from gateway.store.base import InboxMessage, InboxQueue
+from gateway.store.interfaces import InboxMessage, InboxQueue
 
 log = structlog.get_logger("gateway.inbox_consumer")
 

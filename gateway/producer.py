@@ -19,7 +19,7 @@ from gateway.errors import GatewayError
 from gateway.fanout.foldcache import FoldCache
 from gateway.metrics import Metrics
 from gateway.publisher import Publisher, Via
-from gateway.store.base import Backend
+from gateway.store.interfaces import Backend
 from gateway.store.redis import redis_backend
 
 

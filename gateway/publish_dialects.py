@@ -59,7 +59,7 @@ from gateway.fanout.foldcache import BLOCK as FOLD_BLOCK
 from gateway.fanout.foldcache import FoldCache
 from gateway.feed import AppendResult, FeedKey, FeedState, NewItem, is_run_part, run_feed
 from gateway.limits import Charge
-from gateway.store.base import FeedStore
+from gateway.store.interfaces import FeedStore
 
 log = structlog.get_logger("gateway.publish_dialects")
 

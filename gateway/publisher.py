@@ -33,7 +33,7 @@ from gateway.limits import Charge, PublishRate
 from gateway.metrics import Metrics
 from gateway.publish_dialects import Authorize, DialectRuns
 from gateway.runstream import check_messages, seq_key
-from gateway.store.base import FeedStore, LiveFeed, RunIndex
+from gateway.store.interfaces import FeedStore, LiveFeed, RunIndex
 from gateway.validate import validate_team_publish
 from gateway.wire.teamitem import team_payload
 

@@ -11,7 +11,7 @@ from gateway import activity as activity_module
 from gateway.activity import TOUCH_BATCH, FeedActivity
 from gateway.errors import Unavailable
 from gateway.feed import FeedKey, FeedKind, team_feed
-from gateway.store.base import FeedIndex, IndexEntry
+from gateway.store.interfaces import FeedIndex, IndexEntry
 from tests.support import events as ev
 
 pytestmark = pytest.mark.anyio

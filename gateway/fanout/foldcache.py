@@ -31,7 +31,7 @@ from gateway.dialects import a2ui
 from gateway.errors import GatewayError
 from gateway.fanout.shared_reads import SharedReads
 from gateway.feed import FeedKey, FeedState
-from gateway.store.base import FeedStore, FoldStore
+from gateway.store.interfaces import FeedStore, FoldStore
 from gateway.wire.format import A2UI_PRELUDE, AGUI_PRELUDE
 
 MAX_CHECKPOINTS = 64

@@ -28,7 +28,7 @@ from gateway.feed import FeedKey, FeedKind, FeedState, StoredItem
 from gateway.metrics import Metrics, Sent
 from gateway.outage import Outage
 from gateway.resume import Replay, Restart, plan, restart_cursor
-from gateway.store.base import Batch, FeedStore, Joined, LiveFeed, Positions
+from gateway.store.interfaces import Batch, FeedStore, Joined, LiveFeed, Positions
 from gateway.wire.format import Encoder, Format
 
 log = structlog.get_logger("gateway.hub")
@@ -457,7 +457,7 @@ class Hub:
                 self._outage.recovered()
             self.last_progress = time.monotonic()
 
-    # -- what the store pushes (gateway.store.base.LiveSink) ----------------------------
+    # -- what the store pushes (gateway.store.interfaces.LiveSink) ----------------------------
 
     def on_items(self, feed: FeedKey, batch: Batch) -> int:
         """A batch that continues the audience's position (from the reader's read, or

@@ -25,7 +25,7 @@ from gateway.errors import GatewayError, InvalidRequest, NotFound
 from gateway.feed import FeedKey, FeedKind, FeedState, is_run_part, is_team_id
 from gateway.http.route_context import RouteContext
 from gateway.net.server import Request, Responder
-from gateway.store.base import FeedIndex, FeedStore, IndexEntry
+from gateway.store.interfaces import FeedIndex, FeedStore, IndexEntry
 
 DEFAULT_LIMIT = 20
 MAX_LIMIT = 100

@@ -18,7 +18,7 @@ from gateway.net.capacity import Capacity
 from gateway.net.connections import Connections
 from gateway.net.server import Request
 from gateway.publisher import Publisher
-from gateway.store.base import FeedIndex, FeedStore, RunIndex
+from gateway.store.interfaces import FeedIndex, FeedStore, RunIndex
 
 Readiness = Callable[[], Awaitable[tuple[bool, str]]]
 

@@ -18,7 +18,8 @@ from gateway.cursor import Cursor
 from gateway.errors import HeadMoved, IdempotencyKeyReused
 from gateway.feed import AppendResult, FeedKey, FeedKind, FeedState, NewItem, StoredItem
 from gateway.limits import Charge
-from gateway.store.base import (
+from gateway.store.hold import HoldPolicy
+from gateway.store.interfaces import (
     INDEX_MAX_AGE_MS,
     INDEX_MAX_FEEDS,
     Backend,
@@ -34,7 +35,6 @@ from gateway.store.base import (
     epoch_floor,
     push,
 )
-from gateway.store.hold import HoldPolicy
 from gateway.store.last_seen import chain_next
 
 

@@ -1,7 +1,7 @@
 """The hub as the store's sink (``Hub.on_items``, ``Hub.on_gap``): a pushed batch is
 offered to every live subscription, and ``on_items`` answers how many subscriptions it
 reached, which the store's hold policy weighs (tests/store/test_hold.py), with every
-batch of one push together (``gateway.store.base.push``).  Pure logic: subscriptions
+batch of one push together (``gateway.store.interfaces.push``).  Pure logic: subscriptions
 write into transports that keep what they get."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from gateway.fanout.subscription import Subscription, SubState
 from gateway.feed import FeedKey, StoredItem, team_feed
 from gateway.metrics import Metrics
 from gateway.net.server import SocketWriter
-from gateway.store.base import Batch, push
 from gateway.store.hold import HoldPolicy
+from gateway.store.interfaces import Batch, push
 from gateway.store.memory import MemoryStore
 from gateway.wire.formats import TEAM_WS
 from tests.support import events as ev

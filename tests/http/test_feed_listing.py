@@ -14,7 +14,7 @@ from gateway.app import Gateway
 from gateway.feed import team_feed
 from gateway.http.feed_listing import MAX_SCAN, encode_position
 from gateway.producer import Producer
-from gateway.store.base import IndexEntry
+from gateway.store.interfaces import IndexEntry
 from tests.support import events as ev
 from tests.support.backends import lose
 from tests.support.node import auth, start_node

@@ -8,7 +8,7 @@ import pytest
 
 from gateway.feed import FeedKey, FeedKind, run_feed, team_feed
 from gateway.metrics import Metrics
-from gateway.store.base import Backend, FeedIndex, IndexEntry
+from gateway.store.interfaces import Backend, FeedIndex, IndexEntry
 from gateway.store.memory import MemoryFeedIndex
 from gateway.store.redis import RedisFeedIndex, redis_backend
 from gateway.store.redis.index import SCAN_STEP

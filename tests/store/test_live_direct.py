@@ -24,7 +24,7 @@ from httpx_sse import aconnect_sse
 from gateway.cursor import Cursor
 from gateway.errors import Unavailable
 from gateway.feed import FeedKey, NewItem, team_feed
-from gateway.store.base import Backend, Batch
+from gateway.store.interfaces import Backend, Batch
 from gateway.store.last_seen import chain_next
 from gateway.store.redis.client.subscriber import Waker, connect
 from gateway.store.redis.client.topology import ListenerAddress

@@ -11,7 +11,7 @@ import pytest
 from gateway.cursor import Cursor
 from gateway.errors import HeadMoved, IdempotencyKeyReused
 from gateway.feed import FeedKey, NewItem, team_feed
-from gateway.store.base import Backend, Joined, Positions
+from gateway.store.interfaces import Backend, Joined, Positions
 from gateway.store.last_seen import chain_next
 from gateway.store.redis import redis_backend
 from gateway.store.redis.live import _after, _announced

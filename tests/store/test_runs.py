@@ -20,7 +20,7 @@ from gateway.fanout.foldcache import FoldCache
 from gateway.feed import run_feed
 from gateway.metrics import Metrics
 from gateway.publisher import Publisher, Via
-from gateway.store.base import Backend, LatestRun, RunIndex
+from gateway.store.interfaces import Backend, LatestRun, RunIndex
 from gateway.store.memory import MemoryStore, memory_backend
 from gateway.store.redis import RedisRuns
 from tests.agui.runs import NESTED, RUN, THREAD

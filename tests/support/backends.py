@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gateway.feed import FeedKey
-from gateway.store.base import Backend
+from gateway.store.interfaces import Backend
 from gateway.store.memory import MemoryStore, memory_backend
 from gateway.store.redis import RedisFeeds, redis_backend
 

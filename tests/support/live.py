@@ -11,11 +11,11 @@ import anyio
 
 from gateway.cursor import Cursor
 from gateway.feed import FeedKey, FeedState
-from gateway.store.base import Batch, LiveFeed
+from gateway.store.interfaces import Batch, LiveFeed
 
 
 class Collected:
-    """A :class:`~gateway.store.base.LiveSink` that keeps every push, in order, with
+    """A :class:`~gateway.store.interfaces.LiveSink` that keeps every push, in order, with
     whether it came from the store's I/O callback while the read waited (``handed``).
 
     Each push moves ``positions`` on when they are a mutable mapping (a live view, as

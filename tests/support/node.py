@@ -14,7 +14,7 @@ from gateway.auth import mint
 from gateway.config import Settings
 from gateway.fanout.hub import Hooks
 from gateway.metrics import Metrics
-from gateway.store.base import Backend
+from gateway.store.interfaces import Backend
 
 SECRET = "test-secret-of-at-least-32-bytes-long!!"
 

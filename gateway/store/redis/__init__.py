@@ -7,7 +7,7 @@ This package is the only place that talks to redis-py; everything it raises is a
 from __future__ import annotations
 
 from gateway.metrics import Metrics
-from gateway.store.base import Backend, InboxQueue
+from gateway.store.interfaces import Backend, InboxQueue
 from gateway.store.redis.connection import RedisConnection
 from gateway.store.redis.feeds import RedisFeeds
 from gateway.store.redis.folds import RedisFolds

@@ -23,7 +23,7 @@ from gateway.cursor import Cursor
 from gateway.errors import GatewayError, HeadMoved, IdempotencyKeyReused, Unavailable
 from gateway.feed import AppendResult, FeedKey, FeedState, NewItem, StoredItem
 from gateway.limits import Charge
-from gateway.store.base import Batch, FeedStore, Joined, history_start
+from gateway.store.interfaces import Batch, FeedStore, Joined, history_start
 from gateway.store.redis.client.errors import map_exceptions, refusal
 from gateway.store.redis.client.resp import pack, refused
 from gateway.store.redis.connection import RedisConnection
@@ -88,7 +88,7 @@ class RedisFeeds(FeedStore):
         #: ``client/pipelined.py``), and so does the periodic verify; not on a cluster, nor with
         #: ``min_replicas`` (its WAIT must follow the writes on their connection).
         #: State checks and history reads stay on redis-py's pool: concurrent
-        #: subscribes share them (the hub's single flights), and a faster call is
+        #: subscribes share them (the hub's shared reads), and a faster call is
         #: shared by fewer.
         self._lane = not min_replicas and self._redis.pipelined
         #: Where the lane's append steps are timed (its series, looked up once).

@@ -7,7 +7,7 @@ from typing import Any
 
 from gateway.cursor import Cursor
 from gateway.feed import FeedKey
-from gateway.store.base import FoldStore
+from gateway.store.interfaces import FoldStore
 from gateway.store.redis.connection import RedisConnection
 
 

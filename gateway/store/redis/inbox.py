@@ -1,13 +1,13 @@
 """The Redis inbox streams: producers ``XADD`` messages; nodes read them as the consumer
 group ``gateway`` (docs/storage.md, "Inboxes").  What a message means, and what is
-appended, is decided above this module (``gateway.inbox``)."""
+appended, is decided above this module (``gateway.inbox_consumer``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from gateway.errors import Unavailable
-from gateway.store.base import InboxMessage, InboxQueue
+from gateway.store.interfaces import InboxMessage, InboxQueue
 from gateway.store.redis.connection import RedisConnection
 
 GROUP = b"gateway"

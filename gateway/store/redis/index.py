@@ -5,7 +5,7 @@ both kinds of a tenant share a hash slot), members the feed ids, scores the wall
 milliseconds of the last recorded activity.  Every :meth:`RedisFeedIndex.touch` is one
 pipelined round trip for all the feeds it records: ``ZADD GT`` (a node with a slower
 clock never moves an entry back), then the bounds (entries older than a day before the
-newest, and all but the newest :data:`~gateway.store.base.INDEX_MAX_FEEDS`), and an
+newest, and all but the newest :data:`~gateway.store.interfaces.INDEX_MAX_FEEDS`), and an
 expiry of the whole set a day after its last touch.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import quote
 
 from gateway.feed import FeedKey, FeedKind
-from gateway.store.base import INDEX_MAX_AGE_MS, INDEX_MAX_FEEDS, FeedIndex, IndexEntry
+from gateway.store.interfaces import INDEX_MAX_AGE_MS, INDEX_MAX_FEEDS, FeedIndex, IndexEntry
 from gateway.store.redis.connection import RedisConnection
 
 #: Entries one ZRANGE reads while skipping ties at the start of a page (each step reads

@@ -26,8 +26,8 @@ import anyio
 from gateway.cursor import Cursor
 from gateway.feed import FeedKey, StoredItem
 from gateway.limits import Charge
-from gateway.store.base import Batch, LiveFeed, LiveSink, Positions, push
 from gateway.store.hold import HoldPolicy
+from gateway.store.interfaces import Batch, LiveFeed, LiveSink, Positions, push
 from gateway.store.redis.client.errors import map_exceptions
 from gateway.store.redis.client.subscriber import HandOver, Listener, Messages, Waker
 from gateway.store.redis.client.topology import ListenerAddress

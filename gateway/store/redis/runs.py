@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
-from gateway.store.base import LatestRun, RunIndex
+from gateway.store.interfaces import LatestRun, RunIndex
 from gateway.store.redis.connection import RedisConnection
 
 #: PEXPIRE the key only if it still names the run (ARGV[1]) that ended.
