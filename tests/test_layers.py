@@ -1,9 +1,15 @@
-"""The module graph of ``gateway/`` has no cycle (the layers themselves are import-linter
-contracts in pyproject.toml, run by CI)."""
+"""The module graph of ``gateway/`` has no cycle, and the layers import-linter checks
+(pyproject.toml, run by CI) are the layers docs/architecture.md draws, every module in one."""
 
 from __future__ import annotations
 
+import re
+import tomllib
+from pathlib import Path
+
 import grimp
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_no_module_imports_itself_through_others() -> None:
@@ -18,3 +24,47 @@ def test_no_module_imports_itself_through_others() -> None:
             if back is not None:
                 cycles.append((module, *back))
     assert cycles == []
+
+
+def _table_rows() -> list[tuple[str, set[str]]]:
+    """The layers of docs/architecture.md's table: each row's name and the top-level
+    modules and packages its modules column names (outside parentheses)."""
+    rows = []
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    for line in text.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) != 3 or cells[0] in ("layer", "---") or not line.startswith("|"):
+            continue
+        column = re.sub(r"\([^()]*(?:\([^()]*\)[^()]*)*\)", "", cells[1])
+        names = {token.split("/")[0] for token in re.findall(r"`([^`]+)`", column)}
+        rows.append((cells[0], names))
+    return rows
+
+
+def _contract_rows() -> list[set[str]]:
+    """The rows of pyproject.toml's layers contract, as top-level names under gateway."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    [layers] = [
+        c["layers"] for c in config["tool"]["importlinter"]["contracts"] if c["type"] == "layers"
+    ]
+    return [
+        {name.strip().removeprefix("gateway.") for name in re.split(r"[:|]", row)} for row in layers
+    ]
+
+
+def test_the_layer_contract_is_the_architecture_table() -> None:
+    table = _table_rows()
+    assert 0 < len(table) <= 10, [name for name, _ in table]
+    assert [names for _, names in table] == _contract_rows()
+
+
+def test_every_top_level_module_is_in_a_layer() -> None:
+    top = {
+        path.stem if path.is_file() else path.name
+        for path in (ROOT / "gateway").iterdir()
+        if (path.suffix == ".py" and path.stem != "__init__")
+        # A package of code; console/ and schemas/ hold only files the code serves.
+        or (path.is_dir() and any(p.stem != "__init__" for p in path.glob("*.py")))
+    }
+    layered = set().union(*_contract_rows())
+    assert top == layered

@@ -14,16 +14,38 @@ package's business, not the callers'.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from contextlib import AbstractContextManager
+from typing import Any, Protocol, TypeVar
 
 from gateway.store.redis.client.batching import Coalescer
 from gateway.store.redis.client.pipelined import Lane
+from gateway.store.redis.client.resp import Dial
 from gateway.store.redis.client.subscriber import Listener, Waker
 from gateway.store.redis.client.subscriber import connect as connect_listener
 from gateway.store.redis.client.topology import ListenerAddress
 
-if TYPE_CHECKING:
-    from gateway.store.redis.connection import RedisConnection
+
+class Boundary(Protocol):
+    """What a :class:`RedisClient` needs of the node's connection to Redis
+    (``gateway.store.redis.connection.RedisConnection``): named here, so that this
+    package does not import the module that builds it."""
+
+    #: redis-py's pool or cluster client.
+    client: Any
+    #: Whether Redis is a cluster (keys live on their own shards).
+    cluster: bool
+    #: How the raw connections open and greet.
+    dial: Dial
+
+    def io(
+        self, what: str, command: str | None = None, *, within: float | None = None
+    ) -> AbstractContextManager[None]:
+        """The boundary every call goes through: bounded, timed, failures mapped."""
+        ...
+
+    def lane(self) -> Lane | None:
+        """The node's one pipelined append connection (None on a cluster)."""
+        ...
 
 Reply = TypeVar("Reply")
 Call = TypeVar("Call")
@@ -35,7 +57,7 @@ class RedisClient:
 
     __slots__ = ("_conn", "_lane", "_redis", "pipelined")
 
-    def __init__(self, conn: RedisConnection) -> None:
+    def __init__(self, conn: Boundary) -> None:
         self._conn = conn
         self._redis = conn.client
         self._lane: Lane | None = None
