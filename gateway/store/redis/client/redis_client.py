@@ -47,6 +47,7 @@ class Boundary(Protocol):
         """The node's one pipelined append connection (None on a cluster)."""
         ...
 
+
 Reply = TypeVar("Reply")
 Call = TypeVar("Call")
 Answer = TypeVar("Answer")
