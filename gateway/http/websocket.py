@@ -36,7 +36,7 @@ from gateway.net import logcontext, ws_handshake
 from gateway.net.server import Request, Responder, Stream, connection_id
 from gateway.net.tasks import OwnedTasks
 from gateway.session import Abort, Action, Finish, Join, Leave, Reschedule, Session
-from gateway.wire import ws
+from gateway.wire import messages
 
 log = structlog.get_logger("gateway.ws")
 
@@ -53,7 +53,7 @@ def bearer_tokens(offered: Sequence[str]) -> list[str]:
     refused (Unauthenticated), not passed over: it is a credential in all but spelling,
     and one the gateway ignored could be the one a proxy checked.
     """
-    prefix = ws.BEARER_PREFIX
+    prefix = messages.BEARER_PREFIX
     tokens: list[str] = []
     for element in offered:
         if element.startswith(prefix):
@@ -72,7 +72,7 @@ def credential(authorization: str | None, offered: Sequence[str]) -> str:
 
 
 #: What the route speaks in the opening handshake (:func:`ws_handshake.negotiate`).
-TERMS = ws_handshake.Terms((ws.SUBPROTOCOL,), credential)
+TERMS = ws_handshake.Terms((messages.SUBPROTOCOL,), credential)
 
 
 class _Entry:
