@@ -398,7 +398,7 @@ async def upgrade(
             try:
                 await socket.run(trailing + b"".join(pending))
             finally:
-                # Also when the transport's loss cancelled us: the reason is what
+                # Also when the connection's loss cancelled us: the reason is what
                 # the server decided before closing, if anything.
                 context.connections.discard(socket)
                 metrics.connections.labels(TRANSPORT).dec()
