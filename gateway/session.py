@@ -32,7 +32,7 @@ from gateway.cursor import Cursor, parse_cursor
 from gateway.dialects.ai_sdk.framing import parse_chunk_id
 from gateway.errors import CloseCode, ErrorCode, GatewayError, InvalidRequest, NotFound
 from gateway.feed import FeedKey
-from gateway.wire import ws
+from gateway.wire import messages
 from gateway.wire.ai_sdk_formats import AI_SDK_WS
 from gateway.wire.format import Format
 from gateway.wire.registry import ws_format
@@ -189,7 +189,7 @@ class Session:
             self.protocol.send_text(payload)
 
     def _error(self, exc: GatewayError, feed: str | None = None, message: str = "") -> None:
-        self._send(ws.error(str(exc.code), message or exc.message, feed))
+        self._send(messages.error(str(exc.code), message or exc.message, feed))
 
     def _bad(self, exc: GatewayError, feed: str | None = None) -> None:
         self._bad_messages += 1
@@ -201,20 +201,20 @@ class Session:
         if self.closing:
             return
         try:
-            message = ws.decode_client(text)
-        except ws.MessageError as exc:
+            message = messages.decode_client(text)
+        except messages.MessageError as exc:
             self._bad(exc, exc.feed)
             return
-        if isinstance(message, ws.Subscribe):
+        if isinstance(message, messages.Subscribe):
             self._subscribe(message)
-        elif isinstance(message, ws.Unsubscribe):
+        elif isinstance(message, messages.Unsubscribe):
             self._leave(message.feed)
         else:
             self._refresh(message.token)
 
     # -- subscriptions -----------------------------------------------------------------
 
-    def _subscribe(self, message: ws.Subscribe) -> None:
+    def _subscribe(self, message: messages.Subscribe) -> None:
         name = message.feed
         try:
             key = access.feed_named(self.principal, name)
@@ -231,7 +231,7 @@ class Session:
         limit = self.settings.ws_max_subscriptions
         if name not in self.feeds and len(self.feeds) >= limit:
             self._send(
-                ws.error(
+                messages.error(
                     str(ErrorCode.RATE_LIMITED), f"at most {limit} subscriptions per socket", name
                 )
             )
@@ -264,7 +264,7 @@ class Session:
             return None
         if self.protocol.state is not State.OPEN:
             return b""
-        return ws.frame(ws.subscribed(feed, head))
+        return messages.frame(messages.subscribed(feed, head))
 
     def join_failed(self, feed: str, ref: int, exc: GatewayError) -> None:
         """The subscription ``ref`` to ``feed`` could not be opened: the client is told
@@ -295,7 +295,7 @@ class Session:
         old = self.principal
         if (fresh.issuer, fresh.tenant, fresh.subject) != (old.issuer, old.tenant, old.subject):
             self._send(
-                ws.error(
+                messages.error(
                     str(ErrorCode.UNAUTHENTICATED),
                     "a refreshed token must have the same iss, tenant and sub",
                 )
@@ -314,7 +314,7 @@ class Session:
                 access.feed_named(fresh, name)
             except GatewayError:
                 self._leave(name)
-                self._send(ws.error(str(ErrorCode.NOT_FOUND), access.NO_SUCH_FEED, name))
+                self._send(messages.error(str(ErrorCode.NOT_FOUND), access.NO_SUCH_FEED, name))
 
     # -- timers ------------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from gateway.errors import GatewayError
 from gateway.validate import validate_team_publish
-from gateway.wire import ws
+from gateway.wire import messages
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=30),
@@ -25,8 +25,8 @@ json_values = st.recursive(
 @given(st.binary(max_size=200) | st.text(max_size=200).map(str.encode))
 def test_websocket_decoder_raw_bytes(raw: bytes) -> None:
     try:
-        ws.decode_client(raw)
-    except ws.MessageError as exc:
+        messages.decode_client(raw)
+    except messages.MessageError as exc:
         assert exc.code == "invalid_request" and exc.message
 
 
@@ -45,12 +45,12 @@ def test_websocket_decoder_raw_bytes(raw: bytes) -> None:
 )
 def test_websocket_decoder_json_shapes(value: Any) -> None:
     try:
-        message = ws.decode_client(json.dumps(value))
-    except ws.MessageError as exc:
+        message = messages.decode_client(json.dumps(value))
+    except messages.MessageError as exc:
         assert exc.code == "invalid_request"
         assert exc.feed is None or isinstance(exc.feed, str)
     else:
-        assert isinstance(message, ws.Subscribe | ws.Unsubscribe | ws.Auth)
+        assert isinstance(message, messages.Subscribe | messages.Unsubscribe | messages.Auth)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -20,12 +20,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Sequence
 
 import anyio
 import structlog
 
-from gateway.auth import Principal
-from gateway.errors import CloseCode, GatewayError, Unavailable
+from gateway.auth import Principal, bearer_token
+from gateway.errors import CloseCode, GatewayError, Unauthenticated, Unavailable
 from gateway.fanout.driver import Driver, EndReason
 from gateway.fanout.outbox import Outbox
 from gateway.fanout.policy import Overflows
@@ -35,7 +36,7 @@ from gateway.net import logcontext, ws_handshake
 from gateway.net.server import Request, Responder, Stream, connection_id
 from gateway.net.tasks import OwnedTasks
 from gateway.session import Abort, Action, Finish, Join, Leave, Reschedule, Session
-from gateway.wire import ws
+from gateway.wire import messages
 
 log = structlog.get_logger("gateway.ws")
 
@@ -43,6 +44,35 @@ log = structlog.get_logger("gateway.ws")
 #: by its own waits: the Redis timeout, the write timeout); then they are cancelled.
 TASKS_END_WITHIN = 10.0
 TRANSPORT = "ws"
+
+
+def bearer_tokens(offered: Sequence[str]) -> list[str]:
+    """The tokens of the offer's ``bearer.<token>`` elements, in order.
+
+    An element that starts with ``bearer.`` in another case (``Bearer.<token>``) is
+    refused (Unauthenticated), not passed over: it is a credential in all but spelling,
+    and one the gateway ignored could be the one a proxy checked.
+    """
+    prefix = messages.BEARER_PREFIX
+    tokens: list[str] = []
+    for element in offered:
+        if element.startswith(prefix):
+            tokens.append(element[len(prefix) :])
+        elif element[: len(prefix)].lower() == prefix:
+            raise Unauthenticated("a bearer subprotocol is spelled 'bearer.<token>'")
+    return tokens
+
+
+def credential(authorization: str | None, offered: Sequence[str]) -> str:
+    """The one bearer token of an upgrade request: the ``Authorization: Bearer`` header
+    and every ``bearer.<token>`` element must be one and the same token
+    (:func:`gateway.auth.bearer_token`), else Unauthenticated: the gateway never picks
+    one of two credentials."""
+    return bearer_token(authorization, bearer_tokens(offered))
+
+
+#: What the route speaks in the opening handshake (:func:`ws_handshake.negotiate`).
+TERMS = ws_handshake.Terms((messages.SUBPROTOCOL,), credential)
 
 
 class _Entry:
@@ -330,10 +360,10 @@ async def upgrade(
     if context.hub.draining:
         raise Unavailable("this node is draining: reconnect to another")
     origins = [o.strip() for o in settings.ws_origins.split(",") if o.strip()]
-    handshake = ws_handshake.negotiate(request.headers, request.http11, origins)
+    handshake = ws_handshake.negotiate(request.headers, request.http11, origins, TERMS)
     principal = context.auth.verify(handshake.token)
     principal.require_subscribe()
-    accept = handshake.accept
+    accept, subprotocol = handshake.accept, handshake.subprotocol
     # Refused (429) before the upgrade; the lease is given back on every exit path
     # (client gone, errors, cancellation).
     with context.limits.acquire(principal.tenant):
@@ -352,7 +382,7 @@ async def upgrade(
 
         remote = responder.remote
         trailing, stream = responder.take_over(on_data, on_eof)
-        stream.write_nowait(ws_handshake.response(accept, ws.SUBPROTOCOL))
+        stream.write_nowait(ws_handshake.response(accept, subprotocol))
         # Idle sockets are many: keep nothing of the handshake alive.
         request.headers.clear()
         socket = Socket(context, principal=principal, stream=stream, remote=remote)
@@ -368,7 +398,7 @@ async def upgrade(
             try:
                 await socket.run(trailing + b"".join(pending))
             finally:
-                # Also when the transport's loss cancelled us: the reason is what
+                # Also when the connection's loss cancelled us: the reason is what
                 # the server decided before closing, if anything.
                 context.connections.discard(socket)
                 metrics.connections.labels(TRANSPORT).dec()

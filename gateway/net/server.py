@@ -4,7 +4,7 @@
 One :class:`HttpConnection` per TCP connection parses requests (bounded header and
 body sizes), runs each request's handler as a task the server owns (and ends
 in :meth:`HttpServer.aclose`), and gives the handler a :class:`Responder` for a plain response or a
-long-lived stream.  Streams are written straight to the transport with HTTP/1.1
+long-lived stream.  Streams are written straight to the asyncio transport with HTTP/1.1
 chunked framing; the handler awaits :meth:`Stream.write`, which waits while the
 kernel buffer is full, so a slow client holds back only its own handler.
 """
@@ -100,8 +100,8 @@ Handler = Callable[[Request, "Responder"], Awaitable[None]]
 RequestTask = Callable[[Request], Coroutine[Any, Any, None]]
 
 
-def body_writer(transport: asyncio.Transport, chunked: bool) -> Callable[[bytes], None]:
-    """A write to ``transport`` in the body's framing (HTTP/1.1 chunks or raw bytes).
+def body_writer(asyncio_transport: asyncio.Transport, chunked: bool) -> Callable[[bytes], None]:
+    """A write to ``asyncio_transport`` in the body's framing (HTTP/1.1 chunks or raw bytes).
 
     The one place chunks are framed: streams and the fan-out's outboxes both use it.
     Writing nothing writes nothing, in either framing: a chunk of size zero is the end of
@@ -111,11 +111,11 @@ def body_writer(transport: asyncio.Transport, chunked: bool) -> Callable[[bytes]
     per write, and a write carries a whole batch of frames.
     """
     if not chunked:
-        return transport.write
+        return asyncio_transport.write
 
     def write_chunk(data: bytes) -> None:
         if data:
-            transport.writelines(_chunk(data))
+            asyncio_transport.writelines(_chunk(data))
 
     return write_chunk
 
@@ -130,16 +130,16 @@ class SocketWriter:
     """The fan-out's writer port (``gateway.fanout.outbox.Writer``) on an asyncio
     transport, in a body's framing.
 
-    Its members are the transport's own bound methods (and the framer), so the
+    Its members are the asyncio transport's own bound methods (and the framer), so the
     fan-out's write, closing check and buffer count are one call each.
     """
 
     __slots__ = ("buffered", "is_closing", "write")
 
-    def __init__(self, transport: asyncio.Transport, chunked: bool) -> None:
-        self.write: Callable[[bytes], None] = body_writer(transport, chunked)
-        self.is_closing: Callable[[], bool] = transport.is_closing
-        self.buffered: Callable[[], int] = transport.get_write_buffer_size
+    def __init__(self, asyncio_transport: asyncio.Transport, chunked: bool) -> None:
+        self.write: Callable[[bytes], None] = body_writer(asyncio_transport, chunked)
+        self.is_closing: Callable[[], bool] = asyncio_transport.is_closing
+        self.buffered: Callable[[], int] = asyncio_transport.get_write_buffer_size
 
 
 class Stream:
@@ -160,7 +160,7 @@ class Stream:
         return head
 
     async def write(self, data: bytes) -> None:
-        """Write and wait until the transport accepts more (flow control); nothing to
+        """Write and wait until the asyncio transport accepts more (flow control); nothing to
         write returns at once."""
         if not data:
             return
@@ -169,64 +169,64 @@ class Stream:
 
     @property
     def paused(self) -> bool:
-        """The transport holds more than its high-water mark: :meth:`drain` waits."""
+        """The asyncio transport holds more than its high-water mark: :meth:`drain` waits."""
         return self._conn.paused
 
     async def drain(self) -> None:
-        """Wait until the transport accepts more (BrokenResourceError once lost)."""
+        """Wait until the asyncio transport accepts more (BrokenResourceError once lost)."""
         await self._conn.drain()
 
     def write_nowait(self, data: bytes, lead: bytes = b"") -> None:
         """Write ``data`` in the body's framing, after ``lead`` (bytes outside it: a
         response head, a frame already framed), in one write.  Empty ``data`` writes
         only ``lead``: it never ends the body (that is :meth:`end`'s)."""
-        transport = self._conn.transport
-        if transport is None or transport.is_closing():
+        asyncio_transport = self._conn.asyncio_transport
+        if asyncio_transport is None or asyncio_transport.is_closing():
             raise anyio.BrokenResourceError
         if not lead:
-            body_writer(transport, self._chunked)(data)
+            body_writer(asyncio_transport, self._chunked)(data)
         elif not data:
-            transport.write(lead)
+            asyncio_transport.write(lead)
         elif self._chunked:
-            transport.writelines((lead, *_chunk(data)))
+            asyncio_transport.writelines((lead, *_chunk(data)))
         else:
-            transport.write(lead + data)
+            asyncio_transport.write(lead + data)
 
     def writer(self) -> SocketWriter:
         """The fan-out's writer of this body's framing (``gateway.fanout.outbox.Writer``),
         for its hot path: no check that the connection is open; an empty write still
         writes nothing."""
-        transport = self._conn.transport
-        if transport is None:
+        asyncio_transport = self._conn.asyncio_transport
+        if asyncio_transport is None:
             raise anyio.BrokenResourceError
-        return SocketWriter(transport, self._chunked)
+        return SocketWriter(asyncio_transport, self._chunked)
 
     def buffered(self) -> int:
         """Bytes written but not yet taken by the kernel."""
-        transport = self._conn.transport
-        return 0 if transport is None else transport.get_write_buffer_size()
+        asyncio_transport = self._conn.asyncio_transport
+        return 0 if asyncio_transport is None else asyncio_transport.get_write_buffer_size()
 
     def abort(self) -> None:
         """Drop the connection at once (a dead or hostile peer)."""
-        transport = self._conn.transport
-        if transport is not None:
-            transport.abort()
+        asyncio_transport = self._conn.asyncio_transport
+        if asyncio_transport is not None:
+            asyncio_transport.abort()
 
     def end(self) -> None:
         """End the body (a chunked one with its last, empty chunk) and close: the only
         way a stream's body ends."""
         conn = self._conn
-        if conn.transport is not None and not conn.transport.is_closing():
+        if conn.asyncio_transport is not None and not conn.asyncio_transport.is_closing():
             head, self._head = self._head, b""
             if self._chunked:
-                conn.transport.write(head + b"0\r\n\r\n")
+                conn.asyncio_transport.write(head + b"0\r\n\r\n")
             elif head:
-                conn.transport.write(head)
-            conn.transport.close()
+                conn.asyncio_transport.write(head)
+            conn.asyncio_transport.close()
 
     @property
     def closed(self) -> bool:
-        return self._conn.transport is None or self._conn.transport.is_closing()
+        return self._conn.asyncio_transport is None or self._conn.asyncio_transport.is_closing()
 
     @property
     def server_stopping(self) -> bool:
@@ -274,7 +274,7 @@ class Responder:
         conn = self._conn
         with anyio.CancelScope() as scope:
             conn._scope = scope
-            if conn.transport is None:
+            if conn.asyncio_transport is None:
                 scope.cancel()  # already gone
             try:
                 yield
@@ -288,8 +288,12 @@ class Responder:
     @property
     def remote(self) -> str:
         """The client's address (``host:port``; "" once the connection is gone)."""
-        transport = self._conn.transport
-        return "" if transport is None else _address(transport.get_extra_info("peername"))
+        asyncio_transport = self._conn.asyncio_transport
+        return (
+            ""
+            if asyncio_transport is None
+            else _address(asyncio_transport.get_extra_info("peername"))
+        )
 
     def take_over(
         self, on_data: Callable[[bytes], None], on_eof: Callable[[], None]
@@ -321,11 +325,11 @@ class HttpConnection(asyncio.Protocol):
         self.server = server
         # Kept: CPython 3.11's get_running_loop() makes a getpid() system call.
         self._loop = asyncio.get_running_loop()
-        self.transport: asyncio.Transport | None = None
+        self.asyncio_transport: asyncio.Transport | None = None
         self._parser = RequestParser(max_head=MAX_HEAD_BYTES, max_body=server.max_body)
         #: Whether the connection stays open after the current request's answer.
         self._keep_alive = True
-        # Created only while the transport is paused (idle connections are many).
+        # Created only while the asyncio transport is paused (idle connections are many).
         self._writable: asyncio.Future[None] | None = None
         self._request: Request | None = None
         self._busy = False
@@ -350,8 +354,9 @@ class HttpConnection(asyncio.Protocol):
     # -- asyncio.Protocol --------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # uvloop's transports implement asyncio.Transport without subclassing it.
-        self.transport = cast(asyncio.Transport, transport)
+        # uvloop's transports implement asyncio.Transport without subclassing it.  Held
+        # as asyncio_transport: "transport" is the product's word for SSE or WebSocket.
+        self.asyncio_transport = cast(asyncio.Transport, transport)
         self.server.connections.add(self)
         self._arm_head_timer()
 
@@ -390,13 +395,13 @@ class HttpConnection(asyncio.Protocol):
             self._head_timer = loop.call_at(deadline, self._head_timeout)
             return
         self._head_deadline = None
-        if not self._busy and not self._streaming and self.transport is not None:
-            self.transport.close()
+        if not self._busy and not self._streaming and self.asyncio_transport is not None:
+            self.asyncio_transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_head_timer()
         self.server.connections.discard(self)
-        self.transport = None
+        self.asyncio_transport = None
         # The upgraded protocol's callbacks hold its session, which holds this
         # connection's stream: dropped, the connection is freed by refcount alone.
         self._on_data = self._on_eof = None
@@ -409,7 +414,7 @@ class HttpConnection(asyncio.Protocol):
 
     @property
     def paused(self) -> bool:
-        """Writing is paused (the transport's buffer passed its high-water mark)."""
+        """Writing is paused (the asyncio transport's buffer passed its high-water mark)."""
         return self._writable is not None
 
     def pause_writing(self) -> None:
@@ -431,17 +436,17 @@ class HttpConnection(asyncio.Protocol):
             # After an early error answer, swallow what the client is still sending
             # (so it can read the answer instead of a reset), up to a bound.
             self._discarded += len(data)
-            if self._discarded > DISCARD_LIMIT and self.transport is not None:
-                self.transport.close()
+            if self._discarded > DISCARD_LIMIT and self.asyncio_transport is not None:
+                self.asyncio_transport.close()
             return
         self._parser.receive(data)
         if self._busy:
             # Pipelined bytes while a request is handled: keep this read's worth and
             # leave the rest in the kernel until the answer is out (a bound without a
             # pause and a resume per request).
-            if not self._paused and self.transport is not None:
+            if not self._paused and self.asyncio_transport is not None:
                 self._paused = True
-                self.transport.pause_reading()
+                self.asyncio_transport.pause_reading()
             return
         self._pump()
 
@@ -454,7 +459,7 @@ class HttpConnection(asyncio.Protocol):
     # -- parsing ---------------------------------------------------------------------
 
     def _pump(self) -> None:
-        if self._busy or self.transport is None:
+        if self._busy or self.asyncio_transport is None:
             return
         try:
             parsed = self._parser.next_request()
@@ -471,7 +476,7 @@ class HttpConnection(asyncio.Protocol):
                     self._awaiting_body = True
                     self._arm_head_timer(REQUEST_BODY_SECONDS)
                 if self._parser.wants_continue:
-                    self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+                    self.asyncio_transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
             return
         self._disarm_head_timer()
         self._awaiting_body = False
@@ -491,15 +496,15 @@ class HttpConnection(asyncio.Protocol):
 
     def _fail(self, status: int, exc: GatewayError) -> None:
         """Answer a request we could not parse or accept, then close the connection."""
-        if self.transport is None:
+        if self.asyncio_transport is None:
             return
         body = exc.body()
         headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
-        self.transport.write(response_head(status, headers, close=True) + body)
-        self.transport.write_eof()
+        self.asyncio_transport.write(response_head(status, headers, close=True) + body)
+        self.asyncio_transport.write_eof()
         self._discarding = True
-        transport = self.transport
-        self._loop.call_later(DISCARD_SECONDS, transport.close)
+        asyncio_transport = self.asyncio_transport
+        self._loop.call_later(DISCARD_SECONDS, asyncio_transport.close)
 
     # -- handling --------------------------------------------------------------------
 
@@ -534,7 +539,7 @@ class HttpConnection(asyncio.Protocol):
     async def _handle(self, request: Request) -> bool:
         """Handle one request; True if the connection stays open for the next one."""
         responder = Responder(self, request)
-        if self.transport is None:
+        if self.asyncio_transport is None:
             return False
         # No cancel scope here: a handler that streams enters one that the
         # connection's loss cancels (Responder.cancelled_on_loss); one that answers
@@ -552,29 +557,29 @@ class HttpConnection(asyncio.Protocol):
                 responder.send(500, error_body("internal", "internal error"))
         self.server.observe(request, responder)
         if self._streaming:
-            if self.transport is not None:
-                self.transport.close()
+            if self.asyncio_transport is not None:
+                self.asyncio_transport.close()
             return False
-        if not responder.started and self.transport is not None:
-            self.transport.close()
+        if not responder.started and self.asyncio_transport is not None:
+            self.asyncio_transport.close()
             return False
         self._busy = False
-        if self.transport is None:
+        if self.asyncio_transport is None:
             return False
         if self._paused:
             self._paused = False
-            self.transport.resume_reading()
+            self.asyncio_transport.resume_reading()
         self._arm_head_timer()
         if not self._keep_alive:
-            self.transport.close()
+            self.asyncio_transport.close()
             return False
         return True
 
     def send_simple(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
-        if self.transport is None:
+        if self.asyncio_transport is None:
             return
         head = response_head(status, headers, close=not self._keep_alive)
-        self.transport.write(head + body if body else head)
+        self.asyncio_transport.write(head + body if body else head)
 
     def start_stream(
         self,
@@ -584,7 +589,7 @@ class HttpConnection(asyncio.Protocol):
         hold_head: bool = False,
     ) -> Stream:
         self._streaming = True
-        if self.transport is None:
+        if self.asyncio_transport is None:
             raise anyio.BrokenResourceError
         chunked = http11
         all_headers = list(headers)
@@ -596,10 +601,10 @@ class HttpConnection(asyncio.Protocol):
         # chunk).
         head = response_head(status, all_headers, close=True)
         if not hold_head:
-            self.transport.write(head)
+            self.asyncio_transport.write(head)
         # Read again (and discard): a client that goes away is noticed at once.
         self._paused = False
-        self.transport.resume_reading()
+        self.asyncio_transport.resume_reading()
         return Stream(self, chunked, head if hold_head else b"")
 
     def take_over(
@@ -616,15 +621,15 @@ class HttpConnection(asyncio.Protocol):
         self._on_eof = on_eof
         self._request = None
         self._paused = False
-        if self.transport is not None:
-            self.transport.resume_reading()
+        if self.asyncio_transport is not None:
+            self.asyncio_transport.resume_reading()
         return bytes(trailing), Stream(self, chunked=False)
 
     async def drain(self) -> None:
         writable = self._writable
         if writable is not None:
             await asyncio.shield(writable)
-        if self.transport is None:
+        if self.asyncio_transport is None:
             raise anyio.BrokenResourceError
 
 
@@ -818,5 +823,5 @@ class HttpServer:
 
     def close_all(self) -> None:
         for conn in list(self.connections):
-            if conn.transport is not None:
-                conn.transport.close()
+            if conn.asyncio_transport is not None:
+                conn.asyncio_transport.close()

@@ -1,11 +1,13 @@
 """The server side of the WebSocket opening handshake (RFC 6455 §4.2), sans I/O.
 
 The HTTP request is already parsed (:mod:`gateway.net.h1`); what is left is checking
-the upgrade headers, the ``gateway.v1`` offer and the one credential, and writing the
-``101`` answer.  python-websockets' handshake object does the same with general-purpose
-machinery (a connection id, a logger, its own header parsing, the ``Date`` header) that
-costs a reconnect storm more than the check itself; the frames after the handshake are
-still websockets' protocol.
+the upgrade headers, the subprotocol offer and the credential, and writing the ``101``
+answer.  This module knows RFC 6455 only: the route that upgrades says which
+subprotocols it speaks and how a request carries its credential (:class:`Terms`).
+python-websockets' handshake object does the same with general-purpose machinery (a
+connection id, a logger, its own header parsing, the ``Date`` header) that costs a
+reconnect storm more than the check itself; the frames after the handshake are still
+websockets' protocol.
 
 The rules are websockets' own (``ServerProtocol.process_request``), checked against it
 on generated requests (tests/http/test_ws_handshake_differential.py):
@@ -14,8 +16,9 @@ on generated requests (tests/http/test_ws_handshake_differential.py):
 - ``Connection``: a list of tokens with the ``upgrade`` option (any case);
 - ``Upgrade``: exactly one protocol, ``websocket`` in any case;
 - one ``Sec-WebSocket-Key``, base64 of 16 bytes; one ``Sec-WebSocket-Version``, ``13``;
-- ``Sec-WebSocket-Protocol``: a list of tokens that offers ``gateway.v1`` (exactly:
-  subprotocol names are case-sensitive); the answer names ``gateway.v1`` and nothing else.
+- ``Sec-WebSocket-Protocol``: a list of tokens that offers one of the route's
+  subprotocols (exactly: subprotocol names are case-sensitive); the answer names that
+  one and nothing else.
 
 The parser refuses a repeated single-value field (``Sec-WebSocket-Key``,
 ``Sec-WebSocket-Version``, ``Origin``, ``Authorization``: :data:`gateway.net.h1.SINGLE`)
@@ -23,8 +26,8 @@ with 400 before this module sees the request, and joins the lines of a repeated 
 field (``Connection``, ``Upgrade``, ``Sec-WebSocket-Protocol``) with ``", "``.  Stricter
 than websockets, then: an empty list element is refused here (websockets skips them),
 since after the join it may have been an empty field line, which websockets refuses and
-nothing here could tell apart; and the one credential (:func:`negotiate`), which
-websockets does not look at.
+nothing here could tell apart; and the credential (:func:`negotiate`), which websockets
+does not look at.
 
 No extensions are negotiated (no compression).
 """
@@ -35,12 +38,10 @@ import base64
 import binascii
 import hashlib
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
-from gateway.auth import bearer_token
-from gateway.errors import Forbidden, InvalidRequest, Unauthenticated
-from gateway.wire.ws import BEARER_PREFIX, SUBPROTOCOL
+from gateway.errors import Forbidden, InvalidRequest
 
 #: RFC 6455 §1.3: appended to the client's key before hashing.
 GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
@@ -54,14 +55,35 @@ class HandshakeError(ValueError):
     """Not a valid WebSocket upgrade request; the message says why."""
 
 
+#: How a request carries its credential: given the ``Authorization`` field (None when
+#: absent) and the offered subprotocols, the one credential, not verified; raises a
+#: :class:`~gateway.errors.GatewayError` (Unauthenticated) when there is none or more.
+Credential = Callable[[str | None, Sequence[str]], str]
+
+
+class Terms:
+    """What an upgrade route speaks: the subprotocols it answers with, in its order of
+    preference (the client must offer one of them), and how a request carries its
+    credential."""
+
+    __slots__ = ("credential", "subprotocols")
+
+    def __init__(self, subprotocols: Sequence[str], credential: Credential) -> None:
+        if not subprotocols:
+            raise ValueError("a route speaks at least one subprotocol")
+        self.subprotocols = tuple(subprotocols)
+        self.credential = credential
+
+
 class Handshake:
-    """A valid ``gateway.v1`` upgrade request: the ``Sec-WebSocket-Accept`` value to
-    answer with and the bearer token it carries (not verified yet)."""
+    """A valid upgrade request: the ``Sec-WebSocket-Accept`` value to answer with, the
+    subprotocol chosen and the credential it carries (not verified yet)."""
 
-    __slots__ = ("accept", "token")
+    __slots__ = ("accept", "subprotocol", "token")
 
-    def __init__(self, accept: str, token: str) -> None:
+    def __init__(self, accept: str, subprotocol: str, token: str) -> None:
         self.accept = accept
+        self.subprotocol = subprotocol
         self.token = token
 
 
@@ -83,22 +105,6 @@ def subprotocols(headers: Mapping[str, str]) -> list[str]:
     when the field is absent.  Raises HandshakeError (see :func:`options`)."""
     value = headers.get("sec-websocket-protocol")
     return [] if value is None else options(value, "Sec-WebSocket-Protocol")
-
-
-def bearer_tokens(offered: Sequence[str]) -> list[str]:
-    """The tokens of the offer's ``bearer.<token>`` elements, in order.
-
-    An element that starts with ``bearer.`` in another case (``Bearer.<token>``) is
-    refused (Unauthenticated), not passed over: it is a credential in all but spelling,
-    and one the gateway ignored could be the one a proxy checked.
-    """
-    tokens: list[str] = []
-    for element in offered:
-        if element.startswith(BEARER_PREFIX):
-            tokens.append(element[len(BEARER_PREFIX) :])
-        elif element[: len(BEARER_PREFIX)].lower() == BEARER_PREFIX:
-            raise Unauthenticated("a bearer subprotocol is spelled 'bearer.<token>'")
-    return tokens
 
 
 def accept_key(key: str) -> str:
@@ -141,31 +147,35 @@ def check(headers: Mapping[str, str], http11: bool) -> str:
     return accept_key(key)
 
 
-def negotiate(headers: Mapping[str, str], http11: bool, origins: Sequence[str]) -> Handshake:
-    """Everything the upgrade route decides before verifying the token, in this order:
+def negotiate(
+    headers: Mapping[str, str], http11: bool, origins: Sequence[str], terms: Terms
+) -> Handshake:
+    """Everything the upgrade route decides before verifying the credential, in this order:
 
-    - :func:`check` and the ``gateway.v1`` offer: InvalidRequest (400);
+    - :func:`check` and an offer of one of ``terms.subprotocols``: InvalidRequest (400);
     - ``Origin``, when ``origins`` (the allow-list) is not empty: a request that sends
       an Origin not in it is Forbidden (403); one without Origin is not a browser's;
-    - the credential: the ``Authorization: Bearer`` header and every ``bearer.<token>``
-      element must be one and the same token (:func:`gateway.auth.bearer_token`), else
-      Unauthenticated (401): the gateway never picks one of two credentials.
+    - the credential, ``terms.credential`` of the ``Authorization`` field and the
+      offer (Unauthenticated, 401, from it).
 
-    Pure: no token is verified here (a refused request costs no signature check).
+    Pure: no credential is verified here (a refused request costs no signature check).
     """
     try:
         accept = check(headers, http11)
         offered = subprotocols(headers)
     except HandshakeError as exc:
         raise InvalidRequest(f"not a valid WebSocket upgrade request: {exc}") from None
-    if SUBPROTOCOL not in offered:
-        raise InvalidRequest(f"offer the {SUBPROTOCOL} subprotocol")
+    for subprotocol in terms.subprotocols:
+        if subprotocol in offered:
+            break
+    else:
+        raise InvalidRequest(f"offer the {' or '.join(terms.subprotocols)} subprotocol")
     if origins:
         origin = headers.get("origin")
         if origin is not None and origin not in origins:
             raise Forbidden("origin not allowed")
-    token = bearer_token(headers.get("authorization"), bearer_tokens(offered))
-    return Handshake(accept, token)
+    token = terms.credential(headers.get("authorization"), offered)
+    return Handshake(accept, subprotocol, token)
 
 
 def response(accept: str, subprotocol: str) -> bytes:

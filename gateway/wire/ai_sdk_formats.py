@@ -33,7 +33,7 @@ from gateway.dialects.ai_sdk.parts import Chunk
 from gateway.dialects.ai_sdk.translator import AiSdkTranslator
 from gateway.errors import GatewayError
 from gateway.feed import FeedKey, StoredItem
-from gateway.wire import ws
+from gateway.wire import messages
 from gateway.wire.format import Encoder, Format
 from gateway.wire.formats import is_terminal
 
@@ -72,7 +72,9 @@ class AiSdkEncoder:
     def _ws(self, cursor: Cursor, chunks: list[Chunk], first: int) -> bytes:
         assert self._ws_name is not None
         return b"".join(
-            ws.frame(ws.event_payload_at(self._ws_name, chunk_id(cursor, k), encode_chunk(c)))
+            messages.frame(
+                messages.event_payload_at(self._ws_name, chunk_id(cursor, k), encode_chunk(c))
+            )
             for k, c in enumerate(chunks, first)
         )
 
@@ -89,7 +91,8 @@ class AiSdkEncoder:
             return out + DONE if self.ended else out
         at = joined.encode()
         return b"".join(
-            ws.frame(ws.event_payload_at(self._ws_name, at, encode_chunk(c))) for c in chunks
+            messages.frame(messages.event_payload_at(self._ws_name, at, encode_chunk(c)))
+            for c in chunks
         )
 
     def copy(self) -> AiSdkEncoder:
@@ -120,7 +123,7 @@ def _sse_restart(feed: FeedKey, cursor: Cursor) -> bytes:
 
 
 def _ws_restart(feed: FeedKey, cursor: Cursor) -> bytes:
-    return ws.frame(ws.epoch_restarted(feed.public_name, cursor))
+    return messages.frame(messages.epoch_restarted(feed.public_name, cursor))
 
 
 def _sse_error(feed: FeedKey, exc: GatewayError) -> bytes:

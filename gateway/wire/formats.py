@@ -11,7 +11,7 @@ from gateway.cursor import Cursor, encode_cursor
 from gateway.dialects import a2ui
 from gateway.feed import FeedKey, StoredItem
 from gateway.runstream import stored_kind, stored_seq
-from gateway.wire import event_stream, ws
+from gateway.wire import event_stream, messages
 from gateway.wire.format import A2UI_PRELUDE, Format
 from gateway.wire.teamitem import epoch_restarted_item, team_item
 
@@ -28,11 +28,11 @@ def _team_sse_restart(feed: FeedKey, cursor: Cursor) -> bytes:
 def _team_ws_frame(feed: FeedKey, item: StoredItem) -> bytes:
     epoch, offset = item.epoch, item.offset
     data = team_item(epoch, offset, item.data)
-    return ws.frame(ws.event_payload(feed.public_name, epoch, offset, data))
+    return messages.frame(messages.event_payload(feed.public_name, epoch, offset, data))
 
 
 def _ws_restart(feed: FeedKey, cursor: Cursor) -> bytes:
-    return ws.frame(ws.epoch_restarted(feed.public_name, cursor))
+    return messages.frame(messages.epoch_restarted(feed.public_name, cursor))
 
 
 #: The team feed as SSE: ``id: E:O`` and one ``data:`` line holding the TeamItem.
@@ -61,7 +61,9 @@ def run_restart_event(cursor: Cursor) -> bytes:
 
 
 def _run_ws_frame(feed: FeedKey, item: StoredItem) -> bytes:
-    return ws.frame(ws.event_payload(feed.public_name, item.epoch, item.offset, item.data))
+    return messages.frame(
+        messages.event_payload(feed.public_name, item.epoch, item.offset, item.data)
+    )
 
 
 def is_terminal(item: StoredItem) -> bool:
@@ -93,7 +95,9 @@ def _run_ws_prelude(feed: FeedKey, joined: Cursor, events: Sequence[bytes]) -> b
     # Each prelude frame carries the cursor the client joined at, not a new position.
     name = feed.public_name
     epoch, offset = joined
-    return b"".join(ws.frame(ws.event_payload(name, epoch, offset, event)) for event in events)
+    return b"".join(
+        messages.frame(messages.event_payload(name, epoch, offset, event)) for event in events
+    )
 
 
 #: A run feed as AG-UI SSE: ``id: E:O`` and ``data: <event JSON>``; the stream ends after
@@ -162,7 +166,9 @@ def _run_a2ui_ws_frame(feed: FeedKey, item: StoredItem) -> bytes:
         return b""
     name, epoch, offset = feed.public_name, item.epoch, item.offset
     return b"".join(
-        ws.frame(ws.event_payload(name, epoch, offset, _message_encoder.encode(message)))
+        messages.frame(
+            messages.event_payload(name, epoch, offset, _message_encoder.encode(message))
+        )
         for message in a2ui.messages_of(event)
     )
 

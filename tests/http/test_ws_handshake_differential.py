@@ -10,7 +10,8 @@ several, in any case; origins; ``Authorization`` headers; bodies.  The same byte
   ``ServerProtocol(subprotocols=["gateway.v1"]).accept`` (its ``process_request``),
   with ``origins`` set to the gateway's allow-list plus "no Origin" when it has one;
 - through the gateway's parser (:class:`gateway.net.h1.RequestParser`), the route's
-  method check and :func:`gateway.net.ws_handshake.negotiate` (sans I/O);
+  method check and :func:`gateway.net.ws_handshake.negotiate` with the route's terms
+  (:data:`gateway.http.websocket.TERMS`; sans I/O);
 - for a smaller sample, over a socket to a real node (``GATEWAY_WS_ORIGINS`` set),
   which must answer what the sans-I/O pipeline decided (and verify the token).
 
@@ -62,6 +63,7 @@ from websockets.typing import Origin, Subprotocol
 
 from gateway.app import Gateway
 from gateway.errors import GatewayError, Unauthenticated
+from gateway.http.websocket import TERMS
 from gateway.net import ws_handshake
 from gateway.net.h1 import HttpError, RequestParser
 from gateway.net.server import MAX_HEAD_BYTES
@@ -357,13 +359,13 @@ def gateway_verdict(spec: Spec) -> Verdict:
         message = "the WebSocket route takes GET upgrades only"
         return Verdict(405, message=message, keep_alive=parsed.keep_alive)
     try:
-        handshake = ws_handshake.negotiate(parsed.headers, parsed.http11, spec.origins)
+        handshake = ws_handshake.negotiate(parsed.headers, parsed.http11, spec.origins, TERMS)
     except GatewayError as exc:
         return Verdict(exc.status, message=exc.message, keep_alive=parsed.keep_alive)
     # Accepted: the parser handed the request out as an upgrade (the bytes after it are
     # the new protocol's) and the connection never carries another HTTP request.
     assert parsed.upgrade and not parsed.keep_alive
-    return Verdict(101, handshake.accept, SUBPROTOCOL, handshake.token)
+    return Verdict(101, handshake.accept, handshake.subprotocol, handshake.token)
 
 
 def credential(spec: Spec) -> str | None:
@@ -518,4 +520,4 @@ def test_the_model_is_not_trivial() -> None:
     assert websockets_verdict(two).status == 101
     # Unauthenticated is what the route raises for it.
     with pytest.raises(Unauthenticated):
-        ws_handshake.negotiate({k.lower(): v for k, v in two.fields}, True, ())
+        ws_handshake.negotiate({k.lower(): v for k, v in two.fields}, True, (), TERMS)

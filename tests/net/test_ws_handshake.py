@@ -1,9 +1,12 @@
 """The WebSocket opening handshake (pure): RFC 6455's example, the same verdict as
 python-websockets' own server handshake on every request of a table (generated ones:
 test_ws_handshake_differential.py), the ``gateway.v1`` offer, and the one-credential
-rule of :func:`ws_handshake.negotiate` (no token is verified here)."""
+rule of :func:`ws_handshake.negotiate` with the WebSocket route's terms (no token is
+verified here); generic networking names no protocol of the gateway."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 from websockets.datastructures import Headers
@@ -14,6 +17,7 @@ from websockets.typing import Subprotocol
 
 from gateway.auth import TWO_TOKENS
 from gateway.errors import Forbidden, GatewayError, InvalidRequest, Unauthenticated
+from gateway.http.websocket import TERMS
 from gateway.net import ws_handshake
 from gateway.net.h1 import HttpError, RequestParser
 
@@ -137,7 +141,7 @@ def test_an_empty_list_element_is_refused(field: str, value: str) -> None:
     headers = dict(GOOD, **{"sec-websocket-protocol": "gateway.v1", "authorization": "Bearer A"})
     headers[field] = value
     with pytest.raises(InvalidRequest, match=r"empty list element|Upgrade header"):
-        ws_handshake.negotiate(headers, True, ())
+        ws_handshake.negotiate(headers, True, (), TERMS)
     # Without the empty element websockets accepts; with it as a line of its own (what
     # the join may have come from), it refuses.
     lines = Headers((k, v) for k, v in headers.items() if k != field)
@@ -202,7 +206,7 @@ def test_repeated_list_fields_are_one_list() -> None:
     )
     assert ws_handshake.check(headers, http11=True) == ws_handshake.accept_key(KEY)
     assert ws_handshake.subprotocols(headers) == ["chat", "gateway.v1", "bearer.t"]
-    assert ws_handshake.negotiate(headers, True, ()).token == "t"
+    assert ws_handshake.negotiate(headers, True, (), TERMS).token == "t"
     # Two Upgrade lines are two protocols: refused, as websockets does.
     twice = parsed(*UPGRADE, "Upgrade: websocket")
     with pytest.raises(ws_handshake.HandshakeError, match="Upgrade"):
@@ -227,7 +231,7 @@ def request(
 def outcome(headers: dict[str, str], origins: tuple[str, ...] = ()) -> str | GatewayError:
     """The token the route would verify, or the error it answers with."""
     try:
-        handshake = ws_handshake.negotiate(headers, True, origins)
+        handshake = ws_handshake.negotiate(headers, True, origins, TERMS)
     except GatewayError as exc:
         return exc
     assert handshake.accept == ws_handshake.accept_key(KEY)
@@ -339,3 +343,27 @@ def test_a_malformed_handshake_is_refused_before_the_credential() -> None:
     assert got.message == (
         "not a valid WebSocket upgrade request: Sec-WebSocket-Version must be 13"
     )
+
+
+def test_the_terms_are_the_routes() -> None:
+    """Another route's subprotocols and credential: the first of its subprotocols the
+    client offers is chosen, in the route's order; a request offering none is 400."""
+    terms = ws_handshake.Terms(("chat.v2", "chat.v1"), lambda header, offered: "anyone")
+    headers = request("chat.v1, gateway.v1, chat.v2")
+    handshake = ws_handshake.negotiate(headers, True, (), terms)
+    assert (handshake.subprotocol, handshake.token) == ("chat.v2", "anyone")
+    with pytest.raises(InvalidRequest, match=r"offer the chat\.v2 or chat\.v1 subprotocol"):
+        ws_handshake.negotiate(request("gateway.v1"), True, (), terms)
+    gateway = ws_handshake.negotiate(request(authorization="Bearer A"), True, (), TERMS)
+    assert gateway.subprotocol == "gateway.v1"
+
+
+def test_generic_networking_names_no_protocol_of_the_gateway() -> None:
+    """gateway.net knows HTTP/1.1 and RFC 6455: the gateway's own subprotocol and its
+    credential elements are the WebSocket route's (the import contract keeps the wire
+    and auth modules out; this keeps their strings out)."""
+    net = Path(ws_handshake.__file__).parent
+    for path in sorted(net.rglob("*.py")):
+        text = path.read_text()
+        for word in ("gateway.v1", "bearer."):
+            assert word not in text, f"{path.name} names {word}"

@@ -14,7 +14,7 @@ from gateway.cursor import Cursor
 from gateway.dialects import a2ui
 from gateway.errors import InvalidRequest
 from gateway.feed import FeedKind, StoredItem, run_feed
-from gateway.wire import ws
+from gateway.wire import messages
 from gateway.wire.ai_sdk_formats import AI_SDK_WS
 from gateway.wire.format import A2UI_PRELUDE, AGUI_PRELUDE
 from gateway.wire.formats import RUN_A2UI_WS, RUN_WS, TEAM_WS
@@ -68,16 +68,16 @@ def test_formats_per_feed_kind() -> None:
     ],
 )
 def test_the_subscribe_message_takes_a_format(text: str, expected: str | None) -> None:
-    message = ws.decode_client(text)
-    assert isinstance(message, ws.Subscribe) and message.format == expected
+    message = messages.decode_client(text)
+    assert isinstance(message, messages.Subscribe) and message.format == expected
 
 
 def test_a_format_must_be_a_string() -> None:
-    with pytest.raises(ws.MessageError, match="format: must be a string") as caught:
-        ws.decode_client('{"type":"subscribe","feed":"run/t/r","format":1}')
+    with pytest.raises(messages.MessageError, match="format: must be a string") as caught:
+        messages.decode_client('{"type":"subscribe","feed":"run/t/r","format":1}')
     assert caught.value.feed == "run/t/r"
-    with pytest.raises(ws.MessageError, match="format: unknown field"):
-        ws.decode_client('{"type":"unsubscribe","feed":"run/t/r","format":"a2ui"}')
+    with pytest.raises(messages.MessageError, match="format: unknown field"):
+        messages.decode_client('{"type":"unsubscribe","feed":"run/t/r","format":"a2ui"}')
 
 
 def test_a2ui_frames_carry_each_message_with_its_items_cursor() -> None:

@@ -97,7 +97,7 @@ def frame(payload: bytes) -> bytes:
     """One unmasked server text frame (RFC 6455 section 5.2), ready for the socket.
 
     Built here rather than by websockets' ``Frame.serialize`` (the same bytes, which
-    ``tests/wire/test_ws.py`` checks) because it runs once per item on the fan-out path.
+    ``tests/wire/test_messages.py`` checks) because it runs once per item on the fan-out path.
     """
     size = len(payload)
     if size < 126:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from websockets.frames import Frame, Opcode
 
-from gateway.wire.ws import frame
+from gateway.wire.messages import frame
 
 # Each boundary of RFC 6455's three length encodings (7-bit, 16-bit, 64-bit).
 SIZES = [0, 1, 125, 126, 127, 65_535, 65_536, 70_000]
