@@ -6,8 +6,8 @@
 Starts its own ``redis-server`` on a free port, or a Redis Cluster of three masters
 (``tests/support/redis_cluster.py``), and publishes one-item team bodies through
 ``Publisher.publish_team`` (validation, encoding, the Lua append step over the node's
-lane) in two modes, alternating round by round so that the shared machine's noise hits
-both alike:
+pipelined connection) in two modes, alternating round by round so that the shared
+machine's noise hits both alike:
 
 - ``none``: no publish rate (``rate=None``: what the inbox and the producer do, and
   the append step's cost before the rate moved into it);

@@ -145,9 +145,9 @@ SETTINGS_HELP: dict[str, str] = {
     "ssl_check_hostname=true|false (the certificate names the host, default true, off with "
     "ssl_cert_reqs=none); socket_connect_timeout=<seconds to open a connection, default "
     "GATEWAY_REDIS_TIMEOUT_SECONDS up to 5>; client_name=<name> (CLIENT SETNAME of every "
-    "connection, default gateway:<node id>). Every connection (pool, append lane, pub/sub "
-    "listeners, Sentinels) uses them (docs/storage.md, Connecting to Redis). Unset: "
-    "embedded in-memory log, nothing durable.",
+    "connection, default gateway:<node id>). Every connection (pool, pipelined append "
+    "connection, pub/sub listeners, Sentinels) uses them (docs/storage.md, Connecting to "
+    "Redis). Unset: embedded in-memory log, nothing durable.",
     "redis_prefix": "Prefix of every Redis key the gateway owns.",
     "redis_max_connections": "Most Redis connections one node opens; callers wait for one.",
     "redis_cluster": "GATEWAY_REDIS_URL (redis:// or rediss://) names a node of a Redis "

@@ -68,3 +68,29 @@ def test_every_top_level_module_is_in_a_layer() -> None:
     }
     layered = set().union(*_contract_rows())
     assert top == layered
+
+
+def test_store_modules_reach_redis_through_the_client_package_alone() -> None:
+    """The Redis store modules import ``gateway.store.redis.client`` (``RedisClient`` and
+    the names the package exports), none of its modules, and neither redis-py nor
+    hiredis: they meet replies and Unavailable, never RESP or the error map.
+    ``connection`` is exempt: it builds the client's parts (the pool, the boundary that
+    maps every failure, the dial, the pipelined connection)."""
+    graph = grimp.build_graph("gateway", include_external_packages=True)
+    client = "gateway.store.redis.client"
+    store = {
+        module
+        for module in graph.modules
+        if module.startswith("gateway.store.redis.")
+        and module != client
+        and not module.startswith(client + ".")
+        and module != "gateway.store.redis.connection"
+    }
+    assert "gateway.store.redis.live" in store and "gateway.store.redis.feeds" in store
+    reached = sorted(
+        (module, imported)
+        for module in store
+        for imported in graph.find_modules_directly_imported_by(module)
+        if imported.startswith(client + ".") or imported.split(".")[0] in ("redis", "hiredis")
+    )
+    assert reached == []

@@ -8,7 +8,7 @@ import anyio.lowlevel
 import pytest
 
 from gateway.errors import Unavailable
-from gateway.store.redis.client.batching import Coalescer
+from gateway.store.redis.client.batching import CallBatcher
 
 pytestmark = pytest.mark.anyio
 
@@ -31,7 +31,7 @@ class Recorder:
 
 async def test_calls_of_one_iteration_share_a_flush_and_get_their_own_answers() -> None:
     rec = Recorder()
-    co: Coalescer[int, int] = Coalescer(rec.flush)
+    co: CallBatcher[int, int] = CallBatcher(rec.flush)
     answers: dict[int, int] = {}
 
     async def one(i: int) -> None:
@@ -47,7 +47,7 @@ async def test_calls_of_one_iteration_share_a_flush_and_get_their_own_answers() 
 
 async def test_a_lone_call_is_flushed_alone_and_later_calls_start_a_new_batch() -> None:
     rec = Recorder()
-    co: Coalescer[int, int] = Coalescer(rec.flush)
+    co: CallBatcher[int, int] = CallBatcher(rec.flush)
     assert await co.submit(1) == 10
     assert await co.submit(2) == 20
     assert rec.flushes == [[1], [2]]
@@ -55,7 +55,7 @@ async def test_a_lone_call_is_flushed_alone_and_later_calls_start_a_new_batch() 
 
 async def test_a_full_batch_is_sent_and_the_rest_start_another() -> None:
     rec = Recorder()
-    co: Coalescer[int, int] = Coalescer(rec.flush, max_batch=3)
+    co: CallBatcher[int, int] = CallBatcher(rec.flush, max_batch=3)
     async with anyio.create_task_group() as tg:
         for i in range(7):
             tg.start_soon(co.submit, i)
@@ -65,7 +65,7 @@ async def test_a_full_batch_is_sent_and_the_rest_start_another() -> None:
 
 async def test_a_failed_flush_reaches_every_caller_of_its_batch() -> None:
     rec = Recorder(fail=Unavailable("redis unavailable during append step"))
-    co: Coalescer[int, int] = Coalescer(rec.flush)
+    co: CallBatcher[int, int] = CallBatcher(rec.flush)
     failures: list[str] = []
 
     async def one(i: int) -> None:
@@ -85,7 +85,7 @@ async def test_a_failed_flush_reaches_every_caller_of_its_batch() -> None:
 async def test_the_sender_being_cancelled_still_sends_for_the_others() -> None:
     rec = Recorder()
     rec.block = True
-    co: Coalescer[int, int] = Coalescer(rec.flush)
+    co: CallBatcher[int, int] = CallBatcher(rec.flush)
     got: list[int] = []
     scope = anyio.CancelScope()
 

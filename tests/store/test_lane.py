@@ -1,4 +1,4 @@
-"""The lane (``gateway/store/redis/client/pipelined.py``): one pipelined connection for
+"""The pipelined connection (``gateway/store/redis/client/pipelined.py``): one raw connection for
 appends, on a ``redis-server`` of the test's own: replies reach their callers in order, the
 handshake authenticates and selects, a lost connection is replaced and only unanswered
 commands are sent again, a demoted master is refused, a restart is noticed, a command
@@ -20,7 +20,7 @@ import redis
 from gateway.errors import Unavailable
 from gateway.feed import NewItem, team_feed
 from gateway.store.redis import RedisFeeds
-from gateway.store.redis.client.pipelined import Lane
+from gateway.store.redis.client.pipelined import PipelinedConnection
 from gateway.store.redis.client.resp import _pack, pack
 from gateway.store.redis.connection import RedisConnection
 from tests.support.redis_server import RedisServer
@@ -50,9 +50,9 @@ async def conn(server: RedisServer) -> AsyncIterator[RedisConnection]:
 
 
 @pytest.fixture
-def lane(conn: RedisConnection) -> Lane:
-    """The node's lane to the test's server."""
-    made = conn.lane()
+def lane(conn: RedisConnection) -> PipelinedConnection:
+    """The node's pipelined connection to the test's server."""
+    made = conn.pipelined_connection()
     assert made is not None
     return made
 
@@ -90,7 +90,7 @@ def _blocked(admin: redis.Redis, command: str) -> list[dict[str, object]]:
     return [c for c in admin.client_list() if c.get("cmd") == command]
 
 
-async def test_concurrent_callers_each_get_their_own_replies(lane: Lane) -> None:
+async def test_concurrent_callers_each_get_their_own_replies(lane: PipelinedConnection) -> None:
     got: dict[int, list[object]] = {}
 
     async def caller(n: int) -> None:
@@ -120,11 +120,11 @@ async def test_the_handshake_authenticates_and_selects_the_database() -> None:
         conn = RedisConnection(f"redis://:s3cret@127.0.0.1:{srv.port}/3")
         wrong = RedisConnection(f"redis://:nope@127.0.0.1:{srv.port}/3")
         try:
-            lane = conn.lane()
+            lane = conn.pipelined_connection()
             assert lane is not None
             assert await lane.run([pack(["SET", "where", "db3"])]) == [b"OK"]
             assert admin.get("where") == b"db3"
-            wrong_lane = wrong.lane()
+            wrong_lane = wrong.pipelined_connection()
             assert wrong_lane is not None
             with pytest.raises(Unavailable, match="handshake"):
                 await wrong_lane.run([pack(["PING"])])
@@ -135,7 +135,7 @@ async def test_the_handshake_authenticates_and_selects_the_database() -> None:
 
 
 async def test_a_lost_connection_sends_again_only_what_was_unanswered(
-    admin: redis.Redis, lane: Lane
+    admin: redis.Redis, lane: PipelinedConnection
 ) -> None:
     replies: list[object] = []
 
@@ -157,7 +157,7 @@ async def test_a_lost_connection_sends_again_only_what_was_unanswered(
 
 
 async def test_a_caller_that_stops_waiting_leaves_its_reply_to_be_dropped(
-    admin: redis.Redis, lane: Lane
+    admin: redis.Redis, lane: PipelinedConnection
 ) -> None:
     async def gives_up() -> None:
         await lane.run([pack(["BLPOP", "q", 5])])
@@ -186,7 +186,7 @@ async def test_a_write_left_unanswered_for_the_timeout_takes_the_connection(
     server: RedisServer, admin: redis.Redis
 ) -> None:
     conn = RedisConnection(server.url, timeout=0.3)
-    lane = conn.lane()
+    lane = conn.pipelined_connection()
     assert lane is not None
     try:
         with anyio.fail_after(10):
@@ -209,7 +209,7 @@ async def test_each_write_has_the_whole_timeout_though_one_timer_serves_them_all
     answered and a later one is not yet due: it waits for that one's time, then takes
     the connection (neither early nor never)."""
     conn = RedisConnection(server.url, timeout=0.5)
-    lane = conn.lane()
+    lane = conn.pipelined_connection()
     assert lane is not None
     try:
         with anyio.fail_after(10):
@@ -228,7 +228,7 @@ async def test_each_write_has_the_whole_timeout_though_one_timer_serves_them_all
 async def test_a_replica_refuses_writes_after_every_attempt(server: RedisServer) -> None:
     with RedisServer(replica_of=server) as replica:
         conn = RedisConnection(replica.url)
-        lane = Lane(conn)
+        lane = PipelinedConnection(conn)
         try:
             with pytest.raises(Unavailable, match="READONLY"):
                 await lane.run([pack(["SET", "k", "v"])])
@@ -272,7 +272,7 @@ async def test_appends_over_a_unix_socket(tmp_path: Path) -> None:
                 team_feed("tenant", "t1"), [NewItem("a", b'{"a":1}')], retention=100
             )
             assert result.cursors[0].offset == 1
-            lane = conn.lane()
+            lane = conn.pipelined_connection()
             assert lane is not None and lane.connects == 1
             # The item is on that server (read back over TCP).
             admin = redis.Redis(port=srv.port)

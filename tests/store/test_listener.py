@@ -8,10 +8,10 @@ import pytest
 import redis.asyncio as aioredis
 from httpx_sse import aconnect_sse
 
+from gateway.store.redis.client import PubSubLost
 from gateway.store.redis.client.subscriber import connect
 from gateway.store.redis.client.topology import ListenerAddress
 from gateway.store.redis.connection import RedisConnection
-from gateway.store.redis.faults import ListenerLost
 from tests.support import events as ev
 from tests.support.node import auth, start_node
 from tests.support.redis_server import RedisServer
@@ -50,7 +50,7 @@ async def test_live_items_reach_followers_through_an_authenticated_listener(user
                                 break
                 assert got[1] == r.json()["cursors"][0]
             wrong = RedisConnection(f"redis://{user}:wrong@127.0.0.1:{server.port}/0")
-            with pytest.raises(ListenerLost, match="handshake: WRONGPASS"):
+            with pytest.raises(PubSubLost, match="handshake: WRONGPASS"):
                 await connect(ListenerAddress("127.0.0.1", server.port), wrong.dial)
             await wrong.aclose()
         finally:

@@ -20,7 +20,7 @@ import anyio
 import pytest
 import redis.asyncio as aioredis
 
-from gateway.store.redis.client.subscriber import HOLD_LOWAT, LOWAT_HOLDS, Listener, connect
+from gateway.store.redis.client.subscriber import HOLD_LOWAT, LOWAT_HOLDS, PubSubConnection, connect
 from gateway.store.redis.client.topology import ListenerAddress
 from tests.support.wait import until
 
@@ -45,7 +45,7 @@ def anyio_backend(request: pytest.FixtureRequest) -> object:
 @contextlib.asynccontextmanager
 async def subscribed(
     redis_url: str, redis_prefix: str, *, lowat: bool
-) -> AsyncIterator[tuple[Listener, aioredis.Redis, bytes, int]]:
+) -> AsyncIterator[tuple[PubSubConnection, aioredis.Redis, bytes, int]]:
     port = int(redis_url.rsplit(":", 1)[1].split("/")[0])
     listener = await connect(ListenerAddress("127.0.0.1", port))
     if not lowat:

@@ -22,10 +22,10 @@ import redis.asyncio as aioredis
 from httpx_sse import aconnect_sse
 
 from gateway.cursor import Cursor
-from gateway.errors import Unavailable
 from gateway.feed import FeedKey, NewItem, team_feed
 from gateway.store.interfaces import Backend, Batch
 from gateway.store.last_seen import chain_next
+from gateway.store.redis.client import PubSubLost
 from gateway.store.redis.client.subscriber import Waker, connect
 from gateway.store.redis.client.topology import ListenerAddress
 from gateway.store.redis.live import RedisLive
@@ -313,7 +313,7 @@ async def test_a_listener_lost_during_a_hold_is_replaced_and_nothing_is_missed(
             # read), and meanwhile an item is published that this listener never sees.
             await admin.client_kill_filter(_type="pubsub")
             await backend.feeds.append(f, items(1), retention=100)
-            with pytest.raises(Unavailable, match="read_new"):
+            with pytest.raises(PubSubLost, match="during pub/sub"):
                 await read.result()
         # The next reads listen again and sweep the stream: item 3 is not missed.
         seen = direct.offsets(f)

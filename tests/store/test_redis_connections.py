@@ -4,7 +4,7 @@ socket, Sentinels with credentials of their own; a wrong password says why, once
 
 Each test runs real ``redis-server`` processes of its own and two gateway nodes, and
 goes through :func:`roundtrip`, which uses every kind of connection of both nodes:
-redis-py's pool (history reads, inbox groups, pings), the lane (the append step) and
+redis-py's pool (history reads, inbox groups, pings), the pipelined connection (the append step) and
 the pub/sub listener (live delivery).  Then ``CLIENT LIST`` on the server shows every
 connection named ``gateway:<node id>`` (and as the ACL user, where there is one): no
 connection went out with settings of its own.
@@ -60,7 +60,7 @@ async def roundtrip(a: str, b: str) -> None:
             return cursor
 
         with anyio.fail_after(ROUNDTRIP_WITHIN):
-            first = await publish(a)  # a's lane
+            first = await publish(a)  # a's pipelined connection
             async with aconnect_sse(http, "GET", a + path, headers=auth()) as on_a:
                 follow_a = on_a.aiter_sse()
                 assert (await anext(follow_a)).id == first  # a's pool: history
@@ -70,7 +70,7 @@ async def roundtrip(a: str, b: str) -> None:
                 async with aconnect_sse(http, "GET", b + path, headers=resume) as on_b:
                     follow_b = on_b.aiter_sse()
                     assert (await anext(follow_b)).id == second  # b's pool: history
-                    third = await publish(b)  # b's lane
+                    third = await publish(b)  # b's pipelined connection
                     assert (await anext(follow_b)).id == third  # b's listener: live
                 assert (await anext(follow_a)).id == third  # from b, live on a
 
@@ -88,7 +88,7 @@ def clients(admin: redis.Redis) -> list[dict[str, Any]]:
 
 def named(admin: redis.Redis, nodes: set[str], user: str = "default") -> bool:
     """Every connection on the server is one of ``nodes``' (``gateway:<id>``), as
-    ``user``, and each node holds several (pool, lane, listener)."""
+    ``user``, and each node holds several (pool, pipelined, pub/sub)."""
     listed = clients(admin)
     names = [c["name"] for c in listed]
     return (

@@ -12,7 +12,8 @@ import pytest
 import redis.exceptions
 
 from gateway.errors import Unavailable
-from gateway.store.redis.client.errors import map_exceptions, refusal
+from gateway.store.redis.client.errors import PubSubLost, map_exceptions, pubsub_lost, refusal
+from gateway.store.redis.client.resp import describe
 from gateway.store.redis.faults import LaneLost, LaneTimeout, ListenerLost
 
 WRONGPASS = "WRONGPASS invalid username-password pair or user is disabled."
@@ -141,3 +142,16 @@ def test_a_refused_reply_handed_over_in_its_place_maps_the_same_way() -> None:
     error = refusal("append", reply)
     assert error.message == "redis rejected append: ReplyError: ERR Error running script"
     assert error.__cause__ is reply
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [ListenerLost("listener connection lost: closed"), TimeoutError(), ConnectionRefusedError()],
+    ids=lambda exc: type(exc).__name__,
+)
+def test_a_pub_sub_connection_failure_is_an_unavailable_of_its_own(exc: OSError) -> None:
+    # The live reader tells it from other failures: Redis may have moved.
+    error = pubsub_lost(exc)
+    assert isinstance(error, PubSubLost) and isinstance(error, Unavailable)
+    assert error.message == f"redis unavailable during pub/sub: {describe(exc)}"
+    assert error.__cause__ is exc

@@ -1,6 +1,6 @@
-"""One node's connection to Redis: redis-py's pool (or cluster client) and the lane,
-the error boundary every command goes through, and the node-wide facts the Redis parts
-share.  Each concern of its own lives beside it: the URL and settings
+"""One node's connection to Redis: redis-py's pool (or cluster client) and the pipelined
+connection, the error boundary every command goes through, and the node-wide facts the
+Redis parts share.  Each concern of its own lives beside it: the URL and settings
 (:mod:`..settings`, parsed once), where the servers are (:mod:`.client.topology`), which
 server process was reached (:mod:`.client.identity`), the key names (:mod:`..keys`)
 and the one error map (:mod:`.client.errors`).  The store modules reach Redis through
@@ -13,8 +13,8 @@ reply): nothing above ``gateway.store.redis`` sees redis-py, and nothing waits o
 Redis that hangs.
 
 Every connection is made of the one :class:`~.settings.RedisSettings` (parsed from the
-URL once, see :mod:`.settings`): redis-py's pool or cluster client, the lane, the pub/sub
-listeners and the Sentinels alike.  Key layout: docs/storage.md.
+URL once, see :mod:`.settings`): redis-py's pool or cluster client, the pipelined
+connection, the pub/sub connections and the Sentinels alike.  Key layout: docs/storage.md.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from gateway.loopmetrics import Bins
 from gateway.metrics import Metrics
 from gateway.store.redis.client.errors import map_exceptions
 from gateway.store.redis.client.identity import ServerIdentity
-from gateway.store.redis.client.pipelined import Lane
+from gateway.store.redis.client.pipelined import PipelinedConnection
 from gateway.store.redis.client.redis_client import RedisClient
 from gateway.store.redis.client.resp import Dial, pack
 from gateway.store.redis.client.topology import (
@@ -97,7 +97,7 @@ class RedisConnection:
         #: A Redis Cluster: keys of one feed share a slot (their hash tag), live items
         #: go over sharded pub/sub on the feed's shard.
         self.cluster = settings.kind == CLUSTER
-        #: How the raw connections (the lane, the listeners) open and greet: the TLS
+        #: How the raw connections (pipelined, pub/sub) open and greet: the TLS
         #: context (certificates loaded once, here) and the handshake's commands.
         self.dial = Dial(
             settings.tls.context() if settings.tls is not None else None,
@@ -129,7 +129,7 @@ class RedisConnection:
         self.redis = RedisClient(self)
         #: Where command durations go (``gateway_redis_command_seconds``).
         self.metrics = metrics
-        self._lane: Lane | None = None
+        self._pipelined: PipelinedConnection | None = None
 
     def _client(self, settings: RedisSettings, max_connections: int) -> Any:
         """redis-py's cluster client, or a client on a pool of the one server (or of the
@@ -183,7 +183,7 @@ class RedisConnection:
             **settings.credentials.redis_py(),
         }
         if settings.kind != UNIX:
-            # As the lane: a dead peer is found without a write (no such option on a
+            # As the pipelined connection: a dead peer is found without a write (no such option on a
             # unix socket).
             options["socket_keepalive"] = True
         if settings.kind == SENTINEL:
@@ -245,14 +245,15 @@ class RedisConnection:
         path = getattr(connection, "path", None)  # a unix socket's connection has no host
         self.reached(bytes(info), path or f"{connection.host}:{connection.port}")
 
-    def lane(self) -> Lane | None:
-        """The node's one lane for the append step (:mod:`.client.pipelined`), made on first use;
-        None on a cluster, whose keys live on their own shards."""
+    def pipelined_connection(self) -> PipelinedConnection | None:
+        """The node's one pipelined connection for the append step
+        (:mod:`.client.pipelined`), made on first use; None on a cluster, whose keys live
+        on their own shards."""
         if self.cluster:
             return None
-        if self._lane is None:
-            self._lane = Lane(self)
-        return self._lane
+        if self._pipelined is None:
+            self._pipelined = PipelinedConnection(self)
+        return self._pipelined
 
     @property
     def publish_command(self) -> str:
@@ -330,8 +331,8 @@ class RedisConnection:
             raise
 
     async def aclose(self) -> None:
-        if self._lane is not None:
-            self._lane.close()
+        if self._pipelined is not None:
+            self._pipelined.close()
         with contextlib.suppress(Exception):
             await self.client.aclose()
         await self.servers.aclose()

@@ -14,8 +14,9 @@ class ListenerLost(ConnectionError):
 
 
 class LaneLost(ConnectionError):
-    """The lane's connection failed (or was closed) before every reply came."""
+    """The pipelined connection failed (or was closed) before every reply came."""
 
 
 class LaneTimeout(LaneLost):
-    """Redis left a write unanswered for the lane's whole bound: the connection went."""
+    """Redis left a write of the pipelined connection unanswered for its whole bound:
+    the connection went."""

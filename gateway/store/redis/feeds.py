@@ -15,8 +15,6 @@ from importlib import resources
 from typing import Any
 from urllib.parse import quote
 
-import anyio
-import redis.exceptions as redis_errors
 import structlog
 
 from gateway.cursor import Cursor
@@ -24,13 +22,9 @@ from gateway.errors import GatewayError, HeadMoved, IdempotencyKeyReused, Unavai
 from gateway.feed import AppendResult, FeedKey, FeedState, NewItem, StoredItem
 from gateway.limits import Charge
 from gateway.store.interfaces import Batch, FeedStore, Joined, history_start
-from gateway.store.redis.client.errors import map_exceptions, refusal
-from gateway.store.redis.client.resp import pack, refused
 from gateway.store.redis.connection import RedisConnection
 
 log = structlog.get_logger("gateway.store")
-#: A call of a batch that failed, left in its place: redis-py's error, or ours.
-_FAILED = (redis_errors.RedisError, Unavailable)
 
 _MAX_SEQ = 18446744073709551615  # stream ids are <ms>-<seq>, both 64-bit
 
@@ -81,17 +75,17 @@ class RedisFeeds(FeedStore):
         self.replica_timeout_ms = replica_timeout_ms
         self._publish = conn.publish_command
         #: Script calls of one loop iteration that go through redis-py (state checks;
-        #: appends when there is no lane) in one pipeline (not on a cluster, whose
-        #: calls go to their shards one by one anyway).
-        self._coalescer = None if conn.cluster else self._redis.coalescer(self._flush)
-        #: Appends go over the node's lane (one raw pipelined connection, see
-        #: ``client/pipelined.py``), and so does the periodic verify; not on a cluster, nor with
-        #: ``min_replicas`` (its WAIT must follow the writes on their connection).
-        #: State checks and history reads stay on redis-py's pool: concurrent
-        #: subscribes share them (the hub's shared reads), and a faster call is
-        #: shared by fewer.
-        self._lane = not min_replicas and self._redis.pipelined
-        #: Where the lane's append steps are timed (its series, looked up once).
+        #: appends when not pipelined) in one pipeline (not on a cluster, whose calls
+        #: go to their shards one by one anyway).
+        self._batcher = None if conn.cluster else self._redis.batcher(self._flush)
+        #: Appends go over the node's one pipelined connection
+        #: (``RedisClient.run_pipelined``), and so does the periodic verify; not on a
+        #: cluster, nor with ``min_replicas`` (its WAIT must follow the writes on
+        #: their connection).  State checks and history reads stay on redis-py's pool:
+        #: concurrent subscribes share them (the hub's shared reads), and a faster
+        #: call is shared by fewer.
+        self._pipelined = not min_replicas and self._redis.pipelined
+        #: Where the pipelined append steps are timed (its series, looked up once).
         self._append_seconds = conn.command_seconds("append")
         #: The last :meth:`verify` could not check some feed (try again soon).
         self.deferred = False
@@ -177,22 +171,21 @@ class RedisFeeds(FeedStore):
             keys.append(self.rate_key(charge.tenant))
         if self.conn.cluster:
             await self.conn.topology()  # learnt once, single-flight (see there)
-        if mode == "append" and self._lane:
-            # Bounded by the lane itself (its write timer): no cancel scope per call.
+        if mode == "append" and self._pipelined:
+            # Bounded by the connection itself (its write timer): no cancel scope per call.
             started = time.perf_counter()
             try:
-                [reply] = await self._evalsha_lane([(keys, args)])
+                [reply] = await self._redis.run_pipelined("append", self._script, [(keys, args)])
             finally:
                 if self._append_seconds is not None:
                     self._append_seconds.observe(time.perf_counter() - started)
             if isinstance(reply, Unavailable):
                 raise reply
             return reply
-        if self._coalescer is not None and (mode != "append" or not self.min_replicas):
-            reply = await self._coalescer.submit((keys, args))
-            with map_exceptions(mode):
-                if isinstance(reply, _FAILED):
-                    raise reply
+        if self._batcher is not None and (mode != "append" or not self.min_replicas):
+            reply = await self._batcher.submit((keys, args))
+            if isinstance(reply, Unavailable):
+                raise reply
             return reply
         metric = "append" if mode == "append" else "state"
         if mode != "append" or not self.min_replicas:
@@ -201,13 +194,15 @@ class RedisFeeds(FeedStore):
             )
         # WAIT on the same connection as the write (one pipeline): how many
         # replicas have it.  Too few: the items may still be lost in a failover.
-        [reply, replicas] = await self._redis.call(
+        [reply, replicas] = await self._redis.run_script(
             mode,
-            lambda redis: self._evalsha_many(
-                redis, [(keys, args)], wait=(self.min_replicas, self.replica_timeout_ms)
-            ),
+            self._script,
+            [(keys, args)],
             metric=metric,
+            wait=(self.min_replicas, self.replica_timeout_ms),
         )
+        if isinstance(reply, Unavailable):
+            raise reply
         if reply[0] == b"ok" and int(replicas) < self.min_replicas:
             self.conn.metrics_unreplicated()
             raise Unavailable(
@@ -343,110 +338,7 @@ class RedisFeeds(FeedStore):
     async def _flush(self, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
         # Timed as an append if the batch holds one, else as the state checks it is.
         command = "append" if any(args[0] == "append" for _, args in calls) else "state"
-        return await self._redis.call(
-            "append step", lambda redis: self._send(redis, calls), metric=command
-        )
-
-    async def _send(self, redis: Any, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
-        """The coalesced calls' answers (see :meth:`_flush`), on redis-py's client
-        ``redis``."""
-        if len(calls) > 1:
-            return await self._evalsha_many(redis, calls, raise_errors=False)
-        # Alone: a plain call costs redis-py less than a pipeline of one.
-        [(keys, args)] = calls
-        try:
-            return [await self._script(keys=keys, args=args)]
-        except redis_errors.ResponseError as exc:
-            return [exc]
-
-    async def _evalsha_lane(self, calls: Sequence[tuple[list[str], list[Any]]]) -> list[Any]:
-        """Append-step calls over the lane, their answers in order; a refused call's
-        answer is an Unavailable in its place.  As in :meth:`_evalsha_many`, calls a
-        server without the script refused (``NOSCRIPT``) are sent again once, after
-        the script is loaded."""
-        sha = self._script.sha
-        commands = [pack(["EVALSHA", sha, len(keys), *keys, *args]) for keys, args in calls]
-        replies = await self._redis.send(commands)
-        todo = [i for i, reply in enumerate(replies) if refused(reply, "NOSCRIPT")]
-        if todo:
-            [loaded] = await self._redis.send([pack(["SCRIPT", "LOAD", SCRIPT])])
-            if refused(loaded):
-                raise refusal("the append step's script", loaded)
-            again = await self._redis.send([commands[i] for i in todo])
-            for i, reply in zip(todo, again, strict=True):
-                replies[i] = reply
-        return [refusal("append", reply) if refused(reply) else reply for reply in replies]
-
-    async def _evalsha_many(
-        self,
-        redis: Any,
-        calls: Sequence[tuple[list[str], list[Any]]],
-        *,
-        wait: tuple[int, int] | None = None,
-        raise_errors: bool = True,
-    ) -> list[Any]:
-        """One pipeline of append-step calls, their answers in order (and, with
-        ``wait``, the WAIT's answer last); an error is raised, or left in its place
-        without ``raise_errors``.  A server that lost its scripts (a restart, SCRIPT
-        FLUSH) ran none of them: the script is loaded and just those calls are sent
-        again, once.  (On a cluster the pipeline is split by shard.)  ``redis`` is
-        redis-py's client, inside :meth:`RedisClient.call`'s boundary."""
-        if self.conn.cluster:
-            return await self._evalsha_concurrently(calls, raise_errors=raise_errors)
-        replies: list[Any] = [None] * len(calls)
-        waited: Any = None
-        todo = list(range(len(calls)))
-        for attempt in range(2):
-            async with redis.pipeline(transaction=False) as pipe:
-                for i in todo:
-                    keys, args = calls[i]
-                    pipe.evalsha(self._script.sha, len(keys), *keys, *args)
-                if wait is not None:
-                    pipe.wait(*wait)
-                answers = await pipe.execute(raise_on_error=False)
-            if wait is not None:
-                waited = answers.pop()
-            for i, answer in zip(todo, answers, strict=True):
-                replies[i] = answer
-            todo = [i for i in todo if isinstance(replies[i], redis_errors.NoScriptError)]
-            if not todo or attempt:
-                break
-            await redis.script_load(SCRIPT)
-        if raise_errors:
-            for reply in replies:
-                if isinstance(reply, _FAILED):
-                    raise reply
-        return [*replies, waited] if wait is not None else replies
-
-    #: Script calls in flight at once on a cluster (its pools refuse, not queue, more).
-    CLUSTER_CONCURRENCY = 16
-
-    async def _evalsha_concurrently(
-        self, calls: Sequence[tuple[list[str], list[Any]]], *, raise_errors: bool
-    ) -> list[Any]:
-        """:meth:`_evalsha_many` on a cluster, which pipelines no scripts: the calls run
-        concurrently (each on its key's shard), a bounded number at a time."""
-        await self.conn.topology()  # before the concurrent first calls (see there)
-        replies: list[Any] = [None] * len(calls)
-        limiter = anyio.CapacityLimiter(self.CLUSTER_CONCURRENCY)
-
-        async def one(index: int) -> None:
-            keys, args = calls[index]
-            async with limiter:
-                try:
-                    with map_exceptions("append step"):
-                        replies[index] = await self._script(keys=keys, args=args)
-                except Unavailable as exc:  # in its place, as a pipeline's errors are
-                    replies[index] = exc
-
-        async with anyio.create_task_group() as tg:
-            for index in range(len(calls)):
-                tg.start_soon(one, index)
-        if raise_errors:
-            for reply in replies:
-                if isinstance(reply, _FAILED):
-                    raise reply
-        return replies
+        return await self._redis.run_script("append step", self._script, calls, metric=command)
 
     async def append_many(
         self, appends: Sequence[tuple[FeedKey, Sequence[NewItem]]], *, retention: int
@@ -458,15 +350,15 @@ class RedisFeeds(FeedStore):
             for feed, items in appends
         ]
         wait = (self.min_replicas, self.replica_timeout_ms) if self.min_replicas else None
-        if self._lane:
-            replies = await self._redis.call(
-                "append", lambda _: self._evalsha_lane(calls), metric="append_many"
-            )
-        else:
+        if self._pipelined:
             replies = await self._redis.call(
                 "append",
-                lambda redis: self._evalsha_many(redis, calls, wait=wait, raise_errors=False),
+                lambda _: self._redis.run_pipelined("append", self._script, calls),
                 metric="append_many",
+            )
+        else:
+            replies = await self._redis.run_script(
+                "append", self._script, calls, metric="append_many", wait=wait
             )
         if wait is not None:
             replicas = replies.pop()
@@ -480,9 +372,6 @@ class RedisFeeds(FeedStore):
         for (feed, _), reply in zip(appends, replies, strict=True):
             if isinstance(reply, Unavailable):
                 results.append(reply)
-                continue
-            if isinstance(reply, Exception):
-                results.append(Unavailable(f"redis rejected append: {reply}"))
                 continue
             try:
                 results.append(self._appended(feed, reply))
@@ -593,15 +482,13 @@ class RedisFeeds(FeedStore):
 
     async def _check(self, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
         """The answers to one chunk of :meth:`verify`'s calls (an error in its place)."""
-        if self._lane:
+        if self._pipelined:
             return await self._redis.call(
-                "verify", lambda _: self._evalsha_lane(calls), metric="verify"
+                "verify",
+                lambda _: self._redis.run_pipelined("verify", self._script, calls),
+                metric="verify",
             )
-        return await self._redis.call(
-            "verify",
-            lambda redis: self._evalsha_many(redis, calls, raise_errors=False),
-            metric="verify",
-        )
+        return await self._redis.run_script("verify", self._script, calls, metric="verify")
 
     async def verify(self, positions: Mapping[FeedKey, Cursor]) -> dict[FeedKey, Batch]:
         """Check that each followed feed still continues what this node delivered.
@@ -626,7 +513,7 @@ class RedisFeeds(FeedStore):
                 position = positions.get(feed)
                 if position is None:
                     continue
-                if isinstance(reply, _FAILED):
+                if isinstance(reply, Unavailable):
                     # This feed alone could not be checked now (on a cluster: its
                     # shard is down or its slot moving): checked again soon.
                     deferred.append((feed, reply))

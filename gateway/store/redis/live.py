@@ -28,9 +28,14 @@ from gateway.feed import FeedKey, StoredItem
 from gateway.limits import Charge
 from gateway.store.hold import HoldPolicy
 from gateway.store.interfaces import Batch, LiveFeed, LiveSink, Positions, push
-from gateway.store.redis.client.errors import map_exceptions
-from gateway.store.redis.client.subscriber import HandOver, Listener, Messages, Waker
-from gateway.store.redis.client.topology import ListenerAddress
+from gateway.store.redis.client import (
+    HandOver,
+    ListenerAddress,
+    Messages,
+    PubSubConnection,
+    PubSubLost,
+    Waker,
+)
 from gateway.store.redis.connection import RedisConnection
 from gateway.store.redis.feeds import RedisFeeds, stored_item
 
@@ -61,7 +66,7 @@ class RedisLive(LiveFeed):
         self._redis = conn.redis
         self._waker = Waker()
         #: One listener per server address, and where each followed feed listens.
-        self._listeners: dict[ListenerAddress, Listener] = {}
+        self._listeners: dict[ListenerAddress, PubSubConnection] = {}
         self._route: dict[FeedKey, ListenerAddress] = {}
         feeds.on_rebased = self._wake
         #: Set by :meth:`wake`: the reader re-reads its subscriptions (and reports the
@@ -239,8 +244,7 @@ class RedisLive(LiveFeed):
         # share of every event): each wait inside has its own bound (the waker's
         # timer, the subscribe's confirmation, the listener's connect, redis-py's
         # socket timeouts for the cluster's topology).
-        with map_exceptions("read_new"):
-            pushed, todo, stamps, transient = await self._listen(positions, block_ms, sink)
+        pushed, todo, stamps, transient = await self._listen(positions, block_ms, sink)
         if len(self._stream_keys) > 2 * len(positions) + 1000:
             self._forget_keys(positions)
         out: dict[FeedKey, Batch] = {}
@@ -295,7 +299,7 @@ class RedisLive(LiveFeed):
 
     # -- listening -------------------------------------------------------------------------
 
-    async def _listener_at(self, address: ListenerAddress) -> Listener:
+    async def _listener_at(self, address: ListenerAddress) -> PubSubConnection:
         listener = self._listeners.get(address)
         if listener is None:
             listener = await self._redis.subscribe(address, self._waker)
@@ -379,7 +383,7 @@ class RedisLive(LiveFeed):
             # A listener failed (or we were cancelled mid-read): start over with fresh
             # ones, subscriptions and a full sweep.
             self._replace_listeners()
-            if isinstance(exc, OSError):  # ListenerLost, a timeout: Redis may have moved
+            if isinstance(exc, PubSubLost):  # lost, not made, unconfirmed: Redis may have moved
                 self.conn.suspect = True
             raise
         return pushed, todo, stamps, transient
@@ -404,9 +408,7 @@ class RedisLive(LiveFeed):
             for feed in group:
                 self._route[feed] = address
             listeners.append(listener)
-        with anyio.fail_after(self.conn.timeout):
-            for listener in listeners:
-                await listener.confirmed()
+        await self._redis.confirmed(listeners)
         self._confirm(feeds)
 
     def _unsubscribe(self, feeds: set[FeedKey]) -> None:

@@ -1,10 +1,10 @@
 """The Redis connection settings: the URL and the settings beside it, parsed once.
 
-Every connection the Redis adapter opens (redis-py's pool or cluster client, the lane,
-the pub/sub listeners, the Sentinels) is built from one :class:`RedisSettings`: the
-address, TLS, credentials, database, client name and timeouts come from here and
-nowhere else, so no connection can go out with defaults of its own.  From it are
-derived the keyword arguments of redis-py (:meth:`TLS.redis_py`,
+Every connection the Redis adapter opens (redis-py's pool or cluster client, the
+pipelined connection, the pub/sub listeners, the Sentinels) is built from one
+:class:`RedisSettings`: the address, TLS, credentials, database, client name and
+timeouts come from here and nowhere else, so no connection can go out with defaults of
+its own. From it are derived the keyword arguments of redis-py (:meth:`TLS.redis_py`,
 :meth:`RedisSettings.sentinel_kwargs`), the ``SSLContext`` of the raw connections
 (:meth:`TLS.context`) and their handshake (:meth:`RedisSettings.handshake`).
 

@@ -4,7 +4,7 @@ redis-py spends about 70 µs of CPU on one command round trip (a pooled connecti
 checked out and back, the retry wrapper, packing, parsing), and about a third of that
 per command of a pipeline.  Under load many requests reach their append step in the
 same iteration of the loop (the epoll wake-up that delivered their bytes): a
-:class:`Coalescer` lets the first of them wait one iteration (``sleep(0)``: a lone call
+:class:`CallBatcher` lets the first of them wait one iteration (``sleep(0)``: a lone call
 is not delayed by more than that) and then send every call submitted meanwhile in one
 pipeline, handing each caller its own answer.
 
@@ -40,7 +40,7 @@ class _Batch(Generic[Call, Answer]):
         self.done = anyio.Event()
 
 
-class Coalescer(Generic[Call, Answer]):
+class CallBatcher(Generic[Call, Answer]):
     """``await submit(call)``: the answer to ``call``, sent with the calls submitted in
     the same loop iteration.  ``flush`` sends a list of calls and returns their answers
     in order (an error for one call is returned in its place, not raised)."""

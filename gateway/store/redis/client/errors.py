@@ -2,12 +2,13 @@
 whichever way it was reached, becomes :class:`~gateway.errors.Unavailable`.
 
 redis-py's pool and cluster client raise ``redis.exceptions``; the raw connections (the
-lane, the pub/sub listeners) raise socket errors, TLS errors and their own
+pipelined connection, the pub/sub connections) raise socket errors, TLS errors and their own
 (:mod:`gateway.store.redis.faults`, all ``ConnectionError``) and hand refused replies
 over as ``hiredis.ReplyError``.  :func:`map_exceptions` turns each into ``Unavailable``
 whose message names what was being done and the cause (:func:`describe`: a wrong
 password, a certificate that does not verify, a name that does not resolve each say
-so), with the original as ``__cause__``.  Nothing above ``gateway.store.redis`` sees
+so), with the original as ``__cause__``; a pub/sub connection's failures become its
+subclass :class:`PubSubLost` (:func:`pubsub_lost`).  Nothing outside this package sees
 redis-py or a socket error.
 """
 
@@ -79,4 +80,20 @@ def refusal(what: str, reply: BaseException) -> Unavailable:
     as :func:`map_exceptions` would raise it, with the reply as ``__cause__``."""
     error = Unavailable(f"redis rejected {what}: {describe(reply)}")
     error.__cause__ = reply
+    return error
+
+
+class PubSubLost(Unavailable):
+    """A pub/sub connection (:mod:`.subscriber`) failed, could not be made, or left a
+    subscription unconfirmed: what was published meanwhile may be lost to it, and
+    Redis may have moved (a restart, a failover).  Its ``__cause__`` is the
+    connection's own error."""
+
+
+def pubsub_lost(exc: BaseException) -> PubSubLost:
+    """A pub/sub connection's failure ``exc`` (an ``OSError``: ``ListenerLost``, a
+    timeout, a refused connect) as :class:`PubSubLost`, worded as
+    :func:`map_exceptions` words an unreachable server, with ``exc`` as ``__cause__``."""
+    error = PubSubLost(f"redis unavailable during pub/sub: {describe(exc)}")
+    error.__cause__ = exc
     return error

@@ -1,10 +1,10 @@
 """Which Redis server a node writes to, and whether it is still the same process.
 
 Commands retried on a fresh connection hide a restart from their callers; the server's
-``run_id`` (``INFO server``) does not: every new connection (redis-py's pool, the lane)
-reports what it reached, and when the ``run_id`` changes everything the node follows is
-verified before it reads on (a restored snapshot or a promoted replica may have rolled
-feeds back).
+``run_id`` (``INFO server``) does not: every new connection (redis-py's pool, the
+pipelined connection) reports what it reached, and when the ``run_id`` changes
+everything the node follows is verified before it reads on (a restored snapshot or a
+promoted replica may have rolled feeds back).
 """
 
 from __future__ import annotations

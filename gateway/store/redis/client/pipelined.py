@@ -1,13 +1,14 @@
-"""A lane: one pipelined raw connection to Redis for the append step and the verify.
+"""The pipelined connection: one raw connection to Redis for the append step and the verify.
 
 redis-py costs about 150-180 us of CPU per append round trip on the project's VM (a
 pooled connection checked out and back, its retry wrapper, its asyncio timeouts,
-packing, a Python reply parser around hiredis), a third of a single-event publish.  The
-lane is an asyncio protocol on one connection: commands are packed by hand (RESP2) and
-written at once, many callers' commands on the wire together, and every reply is parsed
-by hiredis in ``data_received`` and handed to the future waiting for it, in order.
+packing, a Python reply parser around hiredis), a third of a single-event publish.  A
+:class:`PipelinedConnection` is an asyncio protocol on one connection: commands are
+packed by hand (RESP2) and written at once, many callers' commands on the wire together,
+and every reply is parsed by hiredis in ``data_received`` and handed to the future
+waiting for it, in order.
 
-What redis-py's pool did for these calls the lane does too, in :meth:`Lane.run`:
+What redis-py's pool did for these calls it does too, in :meth:`PipelinedConnection.run`:
 
 - the handshake: the node's (``AUTH``, ``CLIENT SETNAME``, ``SELECT``, over TLS as its
   settings say, see ``RedisConnection.dial``) and ``INFO server``, whose ``run_id`` goes to
@@ -20,12 +21,12 @@ What redis-py's pool did for these calls the lane does too, in :meth:`Lane.run`:
   redis-py's retry did for the append step (retrying it is safe for keyed items: the
   retry returns the first attempt's cursor);
 - ``NOSCRIPT`` (a restarted server, ``SCRIPT FLUSH``): the caller loads the script and
-  sends just those commands again (see ``RedisFeeds``).
+  sends just those commands again (``RedisClient.run_pipelined``).
 
 Commands are written at once when nothing is outstanding, else once per loop iteration:
 every caller whose command came meanwhile shares one write (and Redis one read), with no
-task, lock or cancel scope per call. A lane is not for a cluster (each key has its
-shard) nor for blocking commands. The lane bounds every write itself: a write left
+task, lock or cancel scope per call. It is not for a cluster (each key has its
+shard) nor for blocking commands. It bounds every write itself: a write left
 unanswered for the connection's ``timeout`` closes the connection and fails every call
 waiting on it (Unavailable, not sent again), so a Redis that stopped answering is not
 waited on again. A caller that is cancelled leaves without harm to the others: its
@@ -49,7 +50,7 @@ from gateway.store.redis.faults import LaneLost, LaneTimeout
 
 
 class Server(Protocol):
-    """What the lane needs of its ``RedisConnection``."""
+    """What a pipelined connection needs of its ``RedisConnection``."""
 
     timeout: float
     dial: Dial
@@ -73,14 +74,14 @@ class _Pipe(asyncio.Protocol):
     A command sent while nothing is outstanding is written at once (Redis starts on it
     while the loop goes on); one sent while replies are due waits for the next
     iteration (``call_soon``), so every caller whose command came meanwhile shares one
-    write.  Deferring every write instead (as the Coalescer's one-iteration wait did)
+    write.  Deferring every write instead (as the CallBatcher's one-iteration wait did)
     made pipelined publishes run in lock-step waves, the loop idle while Redis worked
     through each (1x8 rows of ``bench/publish.py``: 0.7 of a core, 30% fewer requests/s).
     The buffer is emptied at every iteration.
     """
 
-    def __init__(self, lane: Lane, bound: float) -> None:
-        self._lane = lane
+    def __init__(self, owner: PipelinedConnection, bound: float) -> None:
+        self._owner = owner
         self._bound = bound
         self._reader = hiredis.Reader()
         self._transport: asyncio.Transport | None = None
@@ -174,7 +175,7 @@ class _Pipe(asyncio.Protocol):
         data = b"".join(self._out)
         self._out.clear()
         self._transport.write(data)
-        self._lane.writes += 1
+        self._owner.writes += 1
         when = self._loop.time() + self._bound
         self._due.append((self._made, when))
         if self._timer is None:
@@ -193,8 +194,9 @@ class _Pipe(asyncio.Protocol):
         self.abort(LaneTimeout(f"redis did not answer within {self._bound:g} s"))
 
 
-class Lane:
-    """One node's lane to the Redis its :class:`RedisConnection` names (not a cluster).
+class PipelinedConnection:
+    """One node's pipelined connection to the Redis its ``RedisConnection`` names (not
+    a cluster).
 
     :meth:`run` sends commands and returns their replies in order: values as hiredis
     parses them (bytes, int, lists), a refused command as its ``hiredis.ReplyError`` in
@@ -217,7 +219,7 @@ class Lane:
     async def run(self, commands: Sequence[bytes]) -> list[Any]:
         if not commands:
             return []
-        with map_exceptions("the append lane"):
+        with map_exceptions("the pipelined connection"):
             return await self._run(commands)
 
     async def _run(self, commands: Sequence[bytes]) -> list[Any]:
@@ -240,7 +242,7 @@ class Lane:
                 # share its write still get theirs.
                 await futures[-1]
             except LaneTimeout:
-                # Redis stopped answering: not sent again (the lane's bound is the call's).
+                # Redis stopped answering: not sent again (the connection's bound is the call's).
                 raise
             except LaneLost:
                 pass
@@ -273,7 +275,7 @@ class Lane:
             if pipe is not None and pipe.lost is None:
                 return pipe
             if self._closed:
-                raise LaneLost("the lane is closed")
+                raise LaneLost("the pipelined connection is closed")
             self._pipe = None
             pipe = await self._connect()
             self._pipe = pipe
@@ -301,12 +303,12 @@ class Lane:
         for reply in replies:
             if refused(reply):
                 pipe.abort(LaneLost(f"redis refused the handshake: {reply}"))
-                raise refusal("the lane's handshake", reply)
+                raise refusal("the pipelined connection's handshake", reply)
         conn.reached(bytes(replies[-1]), address.path or f"{address.host}:{address.port}")
         return pipe
 
     def close(self) -> None:
         self._closed = True
         if self._pipe is not None:
-            self._pipe.abort(LaneLost("the lane is closed"))
+            self._pipe.abort(LaneLost("the pipelined connection is closed"))
             self._pipe = None

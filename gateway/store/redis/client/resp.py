@@ -1,4 +1,4 @@
-"""What the raw connections (the pub/sub listener, the lane) share: RESP2 commands
+"""What the raw connections (pub/sub, pipelined) share: RESP2 commands
 packed by hand, refused replies recognised, and a connection opened to an address as
 the node's :class:`Dial` says (TLS, and the handshake sent first)."""
 

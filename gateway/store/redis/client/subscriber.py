@@ -1,17 +1,19 @@
-"""A thin pub/sub listener for the live path: one raw connection, hiredis parsing.
+"""A thin pub/sub connection for the live path: one raw connection, hiredis parsing.
 
 redis-py's ``PubSub`` costs tens of microseconds of Python per message; the live path
-takes one message per published batch per feed, so that cost is paid per event.  This
-listener is an asyncio protocol that parses every message already received with
+takes one message per published batch per feed, so that cost is paid per event.  A
+:class:`PubSubConnection` is an asyncio protocol that parses every message already received with
 hiredis (C) in ``data_received`` and keeps them in a bounded list for the reader,
 which takes them all at once.
 
 It speaks just enough RESP2: the node's handshake (``AUTH``, ``CLIENT SETNAME``,
 ``SELECT``, over TLS as the node's settings say: ``RedisConnection.dial``), then
 ``SUBSCRIBE`` / ``UNSUBSCRIBE`` (or their sharded forms on a cluster).
-Connection failures surface as :class:`ListenerLost` from :meth:`Listener.wait`; the
-owner replaces the listener and re-reads what it follows (messages are not stored by
-Redis, so a lost connection may have lost messages).
+Its failures (a lost connection, :class:`~gateway.store.redis.faults.ListenerLost`; a
+connect or a handshake that failed; a subscription left unconfirmed) surface as
+:class:`~.errors.PubSubLost`, an Unavailable, from every method that can meet one and as
+:attr:`PubSubConnection.failed`; the owner replaces the connection and re-reads what it
+follows (messages are not stored by Redis, so a lost connection may have lost messages).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import anyio
 import hiredis
 import structlog
 
+from gateway.store.redis.client.errors import PubSubLost, pubsub_lost
 from gateway.store.redis.client.resp import PLAIN, Dial, open_raw, pack, refused
 from gateway.store.redis.client.topology import ListenerAddress
 from gateway.store.redis.faults import ListenerLost
@@ -53,7 +56,7 @@ HandOver = Callable[[Messages], Messages]
 
 
 class Waker:
-    """Wakes the one reader task that waits on several listeners at once."""
+    """Wakes the one reader task that waits on several pub/sub connections at once."""
 
     def __init__(self) -> None:
         self._waiter: asyncio.Future[None] | None = None
@@ -73,7 +76,7 @@ class Waker:
         """Return once woken (since the last wait) or after ``within`` seconds.
 
         Until then, messages go to ``hand_over`` (if given) as they arrive, from the
-        listener's own callback; what it leaves is queued and wakes the reader.
+        connection's own callback; what it leaves is queued and wakes the reader.
 
         The bound is a loop timer that resolves the waiter, not a cancel scope: the
         node's reader waits here once per wake-up, and an anyio scope costs it several
@@ -99,10 +102,11 @@ def _resolve(waiter: asyncio.Future[None]) -> None:
         waiter.set_result(None)
 
 
-class Listener(asyncio.Protocol):
-    """Create with :func:`connect`.  Not safe for more than one reader task.
+class PubSubConnection(asyncio.Protocol):
+    """One pub/sub listening connection; create with :func:`connect`.  Not safe for more
+    than one reader task.
 
-    ``sharded`` listeners use ``SSUBSCRIBE`` (Redis Cluster: each channel lives on the
+    ``sharded`` connections use ``SSUBSCRIBE`` (Redis Cluster: each channel lives on the
     shard that owns its slot, and this connection must be to that shard's master).  A
     channel the server drops by itself (its slot moved to another shard) is listed in
     :attr:`dropped` for the owner to subscribe again where it lives now.
@@ -115,7 +119,8 @@ class Listener(asyncio.Protocol):
         self._waker = waker or Waker()
         self._sharded = sharded
         self._waiter: asyncio.Future[None] | None = None
-        self._failed: Exception | None = None
+        #: Why the connection failed (its own error as ``__cause__``), once it has.
+        self._failed: PubSubLost | None = None
         #: Replies to commands other than (un)subscribe (the handshake's), in order.
         self._replies: list[Any] = []
         #: SUBSCRIBE confirmations still to come.
@@ -194,7 +199,7 @@ class Listener(asyncio.Protocol):
 
     def _fail(self, exc: Exception) -> None:
         if self._failed is None:
-            self._failed = exc
+            self._failed = pubsub_lost(exc)
         if self._transport is not None:
             self._transport.abort()
         self._wake_own()
@@ -208,7 +213,7 @@ class Listener(asyncio.Protocol):
     # -- use ---------------------------------------------------------------------------
 
     @property
-    def failed(self) -> Exception | None:
+    def failed(self) -> PubSubLost | None:
         """Why the connection failed, once it has."""
         return self._failed
 
@@ -220,8 +225,12 @@ class Listener(asyncio.Protocol):
         if self._failed is not None:
             raise self._failed
         if self._transport is None:
-            raise ListenerLost("listener is not connected")
-        self._transport.write(command)
+            raise pubsub_lost(ListenerLost("listener is not connected"))
+        try:
+            self._transport.write(command)
+        except RuntimeError as exc:
+            # uvloop's word for a transport closed under the write.
+            raise pubsub_lost(ListenerLost(f"listener connection lost: {exc}")) from exc
 
     def subscribe(self, channels: list[bytes]) -> None:
         """Send (S)SUBSCRIBE; :meth:`confirmed` tells when Redis has taken it."""
@@ -254,10 +263,10 @@ class Listener(asyncio.Protocol):
             self.send("UNSUBSCRIBE", *channels[start : start + 1000])
 
     async def wait(self, within: float) -> None:
-        """Return when messages are waiting or after ``within`` seconds (for a listener
+        """Return when messages are waiting or after ``within`` seconds (for a connection
         read on its own; several are waited on through their shared :class:`Waker`).
 
-        Raises :class:`ListenerLost` once the connection has failed.
+        Raises :class:`~.errors.PubSubLost` once the connection has failed.
         """
         if self._failed is not None:
             raise self._failed
@@ -363,7 +372,8 @@ def _lowat_holds() -> bool:
     return len(numbers) == 2 and (int(numbers[0]), int(numbers[1])) >= (4, 20)
 
 
-#: Whether this kernel's TCP low-water mark can hold a listener (see lowat_socket).
+#: Whether this kernel's TCP low-water mark can hold a pub/sub connection (see
+#: lowat_socket).
 LOWAT_HOLDS = _lowat_holds()
 
 
@@ -373,21 +383,32 @@ async def connect(
     *,
     waker: Waker | None = None,
     sharded: bool = False,
-) -> Listener:
-    """Open a listener to the Redis at ``address`` as ``dial`` says (TLS, handshake),
-    within ``dial.within`` seconds; ListenerLost with Redis's reason if the handshake
-    is refused."""
+) -> PubSubConnection:
+    """Open a pub/sub connection to the Redis at ``address`` as ``dial`` says (TLS,
+    handshake), within ``dial.within`` seconds; :class:`~.errors.PubSubLost` if it could
+    not (with Redis's reason if the handshake is refused)."""
+    try:
+        return await _connect(address, dial, waker, sharded)
+    except OSError as exc:  # a timeout, a refused connect, ListenerLost
+        raise pubsub_lost(exc) from exc
+
+
+async def _connect(
+    address: ListenerAddress, dial: Dial, waker: Waker | None, sharded: bool
+) -> PubSubConnection:
     with anyio.fail_after(dial.within):
-        _, listener = await open_raw(address, dial, lambda: Listener(waker, sharded=sharded))
+        _, connection = await open_raw(
+            address, dial, lambda: PubSubConnection(waker, sharded=sharded)
+        )
         try:
             for command in dial.handshake:
-                listener.write(command)
+                connection.write(command)
             for _ in dial.handshake:
-                reply = await listener._reply()
+                reply = await connection._reply()
                 if refused(reply):
                     raise ListenerLost(f"redis refused the listener's handshake: {reply}")
         except BaseException:
-            listener.close()
+            connection.close()
             raise
-    listener._authenticated = True
-    return listener
+    connection._authenticated = True
+    return connection

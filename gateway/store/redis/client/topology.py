@@ -1,5 +1,5 @@
 """Where the Redis servers are: the one server, the master the Sentinels name, or the
-shards of a Redis Cluster, and where each raw connection (the lane, a pub/sub
+shards of a Redis Cluster, and where each raw connection (the pipelined one, a pub/sub
 listener) must go now.
 
 ``redis://``, ``rediss://`` and ``unix://`` name one server (with ``cluster``, seed
@@ -74,7 +74,7 @@ class SentinelResolvedTLS(SentinelResolved, SSLConnection):
 
 @dataclass(frozen=True)
 class ListenerAddress:
-    """Where a raw connection (the lane, a pub/sub listener) goes: the one server, the
+    """Where a raw connection (the pipelined one, a pub/sub one) goes: the one server, the
     master, or a shard's master; how it connects and greets is the node's
     ``RedisConnection.dial``."""
 
@@ -148,7 +148,7 @@ class Topology:
         return ListenerAddress(str(node.host), int(node.port))
 
     async def listener_address(self) -> ListenerAddress:
-        """Where the node's raw connections (the lane, the pub/sub listener) must go now
+        """Where the node's raw connections (pipelined, pub/sub) must go now
         (not a cluster): the one server, or the master the Sentinels name."""
         settings = self.settings
         if settings.kind == SENTINEL:
