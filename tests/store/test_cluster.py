@@ -27,7 +27,7 @@ from gateway.errors import IdempotencyKeyReused, Unavailable
 from gateway.feed import Cursor, NewItem, run_feed, team_feed
 from gateway.producer import Producer
 from gateway.store.redis import redis_backend
-from gateway.store.redis.client.errors import map_exceptions
+from gateway.store.redis.client.error_map import map_exceptions
 from gateway.store.redis.inbox import inbox_key
 from gateway.store.redis.settings import parse
 from tests.support import events as ev

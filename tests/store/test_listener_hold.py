@@ -127,7 +127,7 @@ async def test_a_connection_that_ends_during_a_hold_is_noticed_before_it_ends(
         listener.hold()
         assert await client.client_kill_filter(_type=None, _id=client_id) == 1
         await until(lambda: listener.failed is not None, 10, "the lost connection")
-        await until(lambda: listener._transport is None, 10, "the connection's end")
+        await until(lambda: listener._asyncio_transport is None, 10, "the connection's end")
         with pytest.raises(OSError):
             os.fstat(fd)  # closed with the connection
         # The hold's end comes later, when the descriptor's number may name another

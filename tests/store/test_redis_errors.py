@@ -1,4 +1,4 @@
-"""The Redis adapter's one error map (``gateway.store.redis.client.errors``): every
+"""The Redis adapter's one error map (``gateway.store.redis.client.error_map``): every
 failure met while talking to Redis, whichever way it came (redis-py, a socket, TLS, the
 raw connections' own faults, a refused reply), becomes Unavailable naming the operation
 and the cause, with the original as ``__cause__``; anything else passes through."""
@@ -12,9 +12,13 @@ import pytest
 import redis.exceptions
 
 from gateway.errors import Unavailable
-from gateway.store.redis.client.errors import PubSubLost, map_exceptions, pubsub_lost, refusal
+from gateway.store.redis.client.error_map import PubSubLost, map_exceptions, pubsub_lost, refusal
+from gateway.store.redis.client.faults import (
+    PipelinedConnectionLost,
+    PipelinedConnectionTimeout,
+    PubSubConnectionLost,
+)
 from gateway.store.redis.client.resp import describe
-from gateway.store.redis.faults import LaneLost, LaneTimeout, ListenerLost
 
 WRONGPASS = "WRONGPASS invalid username-password pair or user is disabled."
 
@@ -75,16 +79,19 @@ def mapped(exc: BaseException, what: str = "append step") -> Unavailable:
             "certificate verify failed: self-signed certificate",
         ),
         (
-            LaneLost("redis connection lost: closed"),
-            "redis unavailable during append step: LaneLost: redis connection lost: closed",
+            PipelinedConnectionLost("redis connection lost: closed"),
+            "redis unavailable during append step: "
+            "PipelinedConnectionLost: redis connection lost: closed",
         ),
         (
-            LaneTimeout("redis did not answer within 0.3 s"),
-            "redis unavailable during append step: LaneTimeout: redis did not answer within 0.3 s",
+            PipelinedConnectionTimeout("redis did not answer within 0.3 s"),
+            "redis unavailable during append step: "
+            "PipelinedConnectionTimeout: redis did not answer within 0.3 s",
         ),
         (
-            ListenerLost("listener connection lost: closed"),
-            "redis unavailable during append step: ListenerLost: listener connection lost: closed",
+            PubSubConnectionLost("listener connection lost: closed"),
+            "redis unavailable during append step: "
+            "PubSubConnectionLost: listener connection lost: closed",
         ),
         (
             RuntimeError("unable to perform operation on <TCPTransport closed=True>"),
@@ -146,7 +153,11 @@ def test_a_refused_reply_handed_over_in_its_place_maps_the_same_way() -> None:
 
 @pytest.mark.parametrize(
     "exc",
-    [ListenerLost("listener connection lost: closed"), TimeoutError(), ConnectionRefusedError()],
+    [
+        PubSubConnectionLost("listener connection lost: closed"),
+        TimeoutError(),
+        ConnectionRefusedError(),
+    ],
     ids=lambda exc: type(exc).__name__,
 )
 def test_a_pub_sub_connection_failure_is_an_unavailable_of_its_own(exc: OSError) -> None:

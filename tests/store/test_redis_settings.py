@@ -24,7 +24,7 @@ from redis.exceptions import AuthenticationError, NoPermissionError
 
 from gateway.config import Settings
 from gateway.errors import Unavailable
-from gateway.store.redis.client.errors import map_exceptions
+from gateway.store.redis.client.error_map import map_exceptions
 from gateway.store.redis.client.resp import describe
 from gateway.store.redis.settings import (
     CLUSTER,

@@ -3,11 +3,11 @@ connection, the error boundary every command goes through, and the node-wide fac
 Redis parts share.  Each concern of its own lives beside it: the URL and settings
 (:mod:`..settings`, parsed once), where the servers are (:mod:`.client.topology`), which
 server process was reached (:mod:`.client.identity`), the key names (:mod:`..keys`)
-and the one error map (:mod:`.client.errors`).  The store modules reach Redis through
+and the one error map (:mod:`.client.error_map`).  The store modules reach Redis through
 :attr:`RedisConnection.redis` (:class:`~.client.redis_client.RedisClient`) alone.
 
 Every ``redis.exceptions`` error (and socket error) raised inside :meth:`RedisConnection.io`
-becomes :class:`~gateway.errors.Unavailable` (:func:`~.client.errors.map_exceptions`),
+becomes :class:`~gateway.errors.Unavailable` (:func:`~.client.error_map.map_exceptions`),
 and every call there is bounded by ``timeout`` seconds in all (pool wait, retries and
 reply): nothing above ``gateway.store.redis`` sees redis-py, and nothing waits out a
 Redis that hangs.
@@ -38,7 +38,7 @@ from redis.maint_notifications import MaintNotificationsConfig
 from gateway.errors import Unavailable
 from gateway.loopmetrics import Bins
 from gateway.metrics import Metrics
-from gateway.store.redis.client.errors import map_exceptions
+from gateway.store.redis.client.error_map import map_exceptions
 from gateway.store.redis.client.identity import ServerIdentity
 from gateway.store.redis.client.pipelined import PipelinedConnection
 from gateway.store.redis.client.redis_client import RedisClient

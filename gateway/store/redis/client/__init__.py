@@ -4,7 +4,7 @@ connection, subscribe).  The store modules import this package's names below and
 nothing else of it: replies come back as values, failures as
 :class:`~gateway.errors.Unavailable` (:class:`PubSubLost` for a pub/sub connection's).
 
-Behind it: the one error map every path goes through (:mod:`.errors`), where the
+Behind it: the one error map every path goes through (:mod:`.error_map`), where the
 servers are (:mod:`.topology`: one server, the master the Sentinels name, a cluster's
 shards), which server process the connections reached (:mod:`.identity`), the node's
 one pipelined connection for the append step (:mod:`.pipelined`:
@@ -13,7 +13,7 @@ one pipelined connection for the append step (:mod:`.pipelined`:
 (:mod:`.batching`: :class:`~.batching.CallBatcher`) and the RESP codec of the raw
 connections (:mod:`.resp`)."""
 
-from gateway.store.redis.client.errors import PubSubLost
+from gateway.store.redis.client.error_map import PubSubLost
 from gateway.store.redis.client.redis_client import RedisClient
 from gateway.store.redis.client.subscriber import HandOver, Messages, PubSubConnection, Waker
 from gateway.store.redis.client.topology import ListenerAddress

@@ -44,9 +44,9 @@ from typing import Any, Protocol, cast
 import anyio
 import hiredis
 
-from gateway.store.redis.client.errors import map_exceptions, refusal
+from gateway.store.redis.client.error_map import map_exceptions, refusal
+from gateway.store.redis.client.faults import PipelinedConnectionLost, PipelinedConnectionTimeout
 from gateway.store.redis.client.resp import Address, Dial, open_raw, pack, refused
-from gateway.store.redis.faults import LaneLost, LaneTimeout
 
 
 class Server(Protocol):
@@ -69,7 +69,7 @@ BACKOFF = (0.01, 0.05)
 class _Pipe(asyncio.Protocol):
     """The connection: writes commands, hands each reply to the oldest waiting future,
     and gives up on a Redis that leaves a write unanswered for ``bound`` seconds (every
-    waiting future fails with LaneTimeout).
+    waiting future fails with PipelinedConnectionTimeout).
 
     A command sent while nothing is outstanding is written at once (Redis starts on it
     while the loop goes on); one sent while replies are due waits for the next
@@ -84,7 +84,7 @@ class _Pipe(asyncio.Protocol):
         self._owner = owner
         self._bound = bound
         self._reader = hiredis.Reader()
-        self._transport: asyncio.Transport | None = None
+        self._asyncio_transport: asyncio.Transport | None = None
         self._waiting: deque[asyncio.Future[Any]] = deque()
         self._out: list[bytes] = []
         self._scheduled = False
@@ -102,7 +102,7 @@ class _Pipe(asyncio.Protocol):
         self.lost: Exception | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = cast(asyncio.Transport, transport)
+        self._asyncio_transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         self._reader.feed(data)
@@ -113,7 +113,7 @@ class _Pipe(asyncio.Protocol):
                 break
             if not waiting:
                 # A reply nobody asked for: the connection is out of step.
-                self.abort(LaneLost("redis sent a reply nobody asked for"))
+                self.abort(PipelinedConnectionLost("redis sent a reply nobody asked for"))
                 return
             self._answered += 1
             future = waiting.popleft()
@@ -124,8 +124,8 @@ class _Pipe(asyncio.Protocol):
             due.popleft()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._transport = None
-        self._fail(LaneLost(f"redis connection lost: {exc or 'closed'}"))
+        self._asyncio_transport = None
+        self._fail(PipelinedConnectionLost(f"redis connection lost: {exc or 'closed'}"))
 
     def _fail(self, exc: Exception) -> None:
         if self.lost is None:
@@ -143,14 +143,14 @@ class _Pipe(asyncio.Protocol):
 
     def abort(self, exc: Exception) -> None:
         self._fail(exc)
-        if self._transport is not None:
-            self._transport.abort()
+        if self._asyncio_transport is not None:
+            self._asyncio_transport.abort()
 
     def send(self, commands: Sequence[bytes]) -> list[asyncio.Future[Any]]:
         """Write packed commands now if nothing is outstanding, else with this
         iteration's other commands; a future for each reply, in order."""
-        if self.lost is not None or self._transport is None:
-            raise self.lost or LaneLost("redis connection is closed")
+        if self.lost is not None or self._asyncio_transport is None:
+            raise self.lost or PipelinedConnectionLost("redis connection is closed")
         loop = self._loop
         futures = [loop.create_future() for _ in commands]
         idle = not self._waiting
@@ -170,11 +170,11 @@ class _Pipe(asyncio.Protocol):
 
     def _write(self) -> None:
         self._scheduled = False
-        if not self._out or self._transport is None:
+        if not self._out or self._asyncio_transport is None:
             return
         data = b"".join(self._out)
         self._out.clear()
-        self._transport.write(data)
+        self._asyncio_transport.write(data)
         self._owner.writes += 1
         when = self._loop.time() + self._bound
         self._due.append((self._made, when))
@@ -191,7 +191,7 @@ class _Pipe(asyncio.Protocol):
         if self._loop.time() < when:
             self._timer = self._loop.call_at(when, self._check)
             return
-        self.abort(LaneTimeout(f"redis did not answer within {self._bound:g} s"))
+        self.abort(PipelinedConnectionTimeout(f"redis did not answer within {self._bound:g} s"))
 
 
 class PipelinedConnection:
@@ -232,7 +232,7 @@ class PipelinedConnection:
             try:
                 pipe = await self._connected()
                 futures = pipe.send([commands[i] for i in todo])
-            except OSError as exc:  # LaneLost and TimeoutError among them
+            except OSError as exc:  # PipelinedConnectionLost and TimeoutError among them
                 failure: Exception = exc
                 continue
             try:
@@ -241,13 +241,13 @@ class PipelinedConnection:
                 # its replies are dropped in their turn, and the callers whose commands
                 # share its write still get theirs.
                 await futures[-1]
-            except LaneTimeout:
+            except PipelinedConnectionTimeout:
                 # Redis stopped answering: not sent again (the connection's bound is the call's).
                 raise
-            except LaneLost:
+            except PipelinedConnectionLost:
                 pass
             again: list[int] = []
-            failure = LaneLost("redis refused the write: READONLY")
+            failure = PipelinedConnectionLost("redis refused the write: READONLY")
             for i, future in zip(todo, futures, strict=True):
                 if future.exception() is not None:
                     failure = cast(Exception, future.exception())
@@ -256,7 +256,7 @@ class PipelinedConnection:
                     # A master demoted to a replica: the write did not run; find the
                     # master again (a Sentinel URL asks on connect).
                     again.append(i)
-                    pipe.abort(LaneLost("the server is a replica now"))
+                    pipe.abort(PipelinedConnectionLost("the server is a replica now"))
                 else:
                     replies[i] = future.result()
             if self._pipe is pipe and pipe.lost is not None:
@@ -275,7 +275,7 @@ class PipelinedConnection:
             if pipe is not None and pipe.lost is None:
                 return pipe
             if self._closed:
-                raise LaneLost("the pipelined connection is closed")
+                raise PipelinedConnectionLost("the pipelined connection is closed")
             self._pipe = None
             pipe = await self._connect()
             self._pipe = pipe
@@ -297,12 +297,12 @@ class PipelinedConnection:
             try:
                 await futures[-1]
             except BaseException:
-                pipe.abort(LaneLost("handshake abandoned"))
+                pipe.abort(PipelinedConnectionLost("handshake abandoned"))
                 raise
-        replies = [future.result() for future in futures]  # LaneLost if lost
+        replies = [future.result() for future in futures]  # PipelinedConnectionLost if lost
         for reply in replies:
             if refused(reply):
-                pipe.abort(LaneLost(f"redis refused the handshake: {reply}"))
+                pipe.abort(PipelinedConnectionLost(f"redis refused the handshake: {reply}"))
                 raise refusal("the pipelined connection's handshake", reply)
         conn.reached(bytes(replies[-1]), address.path or f"{address.host}:{address.port}")
         return pipe
@@ -310,5 +310,5 @@ class PipelinedConnection:
     def close(self) -> None:
         self._closed = True
         if self._pipe is not None:
-            self._pipe.abort(LaneLost("the pipelined connection is closed"))
+            self._pipe.abort(PipelinedConnectionLost("the pipelined connection is closed"))
             self._pipe = None

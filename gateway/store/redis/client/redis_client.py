@@ -6,7 +6,7 @@ Its calls: :meth:`~RedisClient.call` (commands on redis-py's pool or cluster cli
 run once per call, on the pool or on the node's one pipelined connection), and
 :meth:`~RedisClient.subscribe` (a pub/sub listening connection, :mod:`.subscriber`).
 Every failure reaches the caller as :class:`~gateway.errors.Unavailable` with its cause
-(:mod:`.errors`; a refused call of a script in its place), every call through the
+(:mod:`.error_map`; a refused call of a script in its place), every call through the
 node's one boundary (``RedisConnection.io``) is bounded and, when it names a metric,
 timed.  How the calls travel (the pool, the pipelined connection, the batching of one
 loop iteration's calls, the raw RESP of the pub/sub connections) is this package's
@@ -24,7 +24,7 @@ from redis.exceptions import NoScriptError
 
 from gateway.errors import Unavailable
 from gateway.store.redis.client.batching import CallBatcher
-from gateway.store.redis.client.errors import REFUSED, map_exceptions, pubsub_lost, refusal
+from gateway.store.redis.client.error_map import REFUSED, map_exceptions, pubsub_lost, refusal
 from gateway.store.redis.client.pipelined import PipelinedConnection
 from gateway.store.redis.client.resp import Dial, pack, refused
 from gateway.store.redis.client.subscriber import PubSubConnection, Waker

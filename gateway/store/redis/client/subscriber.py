@@ -9,7 +9,7 @@ which takes them all at once.
 It speaks just enough RESP2: the node's handshake (``AUTH``, ``CLIENT SETNAME``,
 ``SELECT``, over TLS as the node's settings say: ``RedisConnection.dial``), then
 ``SUBSCRIBE`` / ``UNSUBSCRIBE`` (or their sharded forms on a cluster).
-Its failures (a lost connection, :class:`~gateway.store.redis.faults.ListenerLost`; a
+Its failures (a lost connection, :class:`~gateway.store.redis.client.faults.PubSubConnectionLost`; a
 connect or a handshake that failed; a subscription left unconfirmed) surface as
 :class:`~.errors.PubSubLost`, an Unavailable, from every method that can meet one and as
 :attr:`PubSubConnection.failed`; the owner replaces the connection and re-reads what it
@@ -30,10 +30,10 @@ import anyio
 import hiredis
 import structlog
 
-from gateway.store.redis.client.errors import PubSubLost, pubsub_lost
+from gateway.store.redis.client.error_map import PubSubLost, pubsub_lost
+from gateway.store.redis.client.faults import PubSubConnectionLost
 from gateway.store.redis.client.resp import PLAIN, Dial, open_raw, pack, refused
 from gateway.store.redis.client.topology import ListenerAddress
-from gateway.store.redis.faults import ListenerLost
 
 log = structlog.get_logger("gateway.store")
 
@@ -114,7 +114,7 @@ class PubSubConnection(asyncio.Protocol):
 
     def __init__(self, waker: Waker | None = None, *, sharded: bool = False) -> None:
         self._reader = hiredis.Reader()
-        self._transport: asyncio.Transport | None = None
+        self._asyncio_transport: asyncio.Transport | None = None
         self.messages: list[tuple[bytes, bytes]] = []
         self._waker = waker or Waker()
         self._sharded = sharded
@@ -143,7 +143,7 @@ class PubSubConnection(asyncio.Protocol):
     # -- asyncio.Protocol ------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = cast(asyncio.Transport, transport)
+        self._asyncio_transport = cast(asyncio.Transport, transport)
         self._lowat = lowat_socket(transport)
 
     def data_received(self, data: bytes) -> None:
@@ -168,7 +168,7 @@ class PubSubConnection(asyncio.Protocol):
                     news = True
             elif refused(reply) and self._authenticated:
                 # A refused (S)SUBSCRIBE: the slot is not this node's any more (MOVED).
-                self._fail(ListenerLost(f"redis refused a subscription: {reply}"))
+                self._fail(PubSubConnectionLost(f"redis refused a subscription: {reply}"))
                 return
             else:
                 self._replies.append(reply)
@@ -188,20 +188,20 @@ class PubSubConnection(asyncio.Protocol):
                 messages.extend(arrived)
                 news = True
         if len(messages) > MAX_PENDING:
-            self._fail(ListenerLost("the reader fell too far behind the listener"))
+            self._fail(PubSubConnectionLost("the reader fell too far behind the listener"))
         self._wake_own()
         if news:
             self._waker.wake()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._transport = None
-        self._fail(ListenerLost(f"listener connection lost: {exc or 'closed'}"))
+        self._asyncio_transport = None
+        self._fail(PubSubConnectionLost(f"listener connection lost: {exc or 'closed'}"))
 
     def _fail(self, exc: Exception) -> None:
         if self._failed is None:
             self._failed = pubsub_lost(exc)
-        if self._transport is not None:
-            self._transport.abort()
+        if self._asyncio_transport is not None:
+            self._asyncio_transport.abort()
         self._wake_own()
         self._waker.wake()
 
@@ -224,13 +224,13 @@ class PubSubConnection(asyncio.Protocol):
         """Send a packed command (:func:`.resp.pack`)."""
         if self._failed is not None:
             raise self._failed
-        if self._transport is None:
-            raise pubsub_lost(ListenerLost("listener is not connected"))
+        if self._asyncio_transport is None:
+            raise pubsub_lost(PubSubConnectionLost("listener is not connected"))
         try:
-            self._transport.write(command)
+            self._asyncio_transport.write(command)
         except RuntimeError as exc:
             # uvloop's word for a transport closed under the write.
-            raise pubsub_lost(ListenerLost(f"listener connection lost: {exc}")) from exc
+            raise pubsub_lost(PubSubConnectionLost(f"listener connection lost: {exc}")) from exc
 
     def subscribe(self, channels: list[bytes]) -> None:
         """Send (S)SUBSCRIBE; :meth:`confirmed` tells when Redis has taken it."""
@@ -300,7 +300,7 @@ class PubSubConnection(asyncio.Protocol):
     @property
     def reading(self) -> bool:
         """Whether the socket is read now (not during a :meth:`hold`)."""
-        transport = self._transport
+        transport = self._asyncio_transport
         return transport is not None and transport.is_reading() and not self._held
 
     def hold(self) -> None:
@@ -311,7 +311,7 @@ class PubSubConnection(asyncio.Protocol):
         error.  Pausing the transport instead (elsewhere) leaves the socket in libuv's
         epoll set until the first message wakes the loop, which only then drops it:
         a wake-up per hold that the low-water mark saves."""
-        transport = self._transport
+        transport = self._asyncio_transport
         if self._held or transport is None or transport.is_closing():
             return
         self._held = True
@@ -323,7 +323,7 @@ class PubSubConnection(asyncio.Protocol):
         if not self._held:
             return
         self._held = False
-        transport = self._transport
+        transport = self._asyncio_transport
         if transport is None or transport.is_closing():
             # The connection is going (its loss is reported as it goes): its socket's
             # descriptor may be closed, or name another socket by now.
@@ -333,7 +333,9 @@ class PubSubConnection(asyncio.Protocol):
             # 4.20, see lowat_socket).  If it cannot be lowered, small messages would
             # wait for more: the connection is given up (the owner re-reads).
             if not self._set_lowat(1):
-                self._fail(ListenerLost("the listener's low-water mark could not be lowered"))
+                self._fail(
+                    PubSubConnectionLost("the listener's low-water mark could not be lowered")
+                )
             return
         transport.resume_reading()
 
@@ -349,8 +351,8 @@ class PubSubConnection(asyncio.Protocol):
         return True
 
     def close(self) -> None:
-        if self._transport is not None:
-            self._transport.close()
+        if self._asyncio_transport is not None:
+            self._asyncio_transport.close()
 
 
 def lowat_socket(transport: asyncio.BaseTransport) -> socket.socket | None:
@@ -389,7 +391,7 @@ async def connect(
     not (with Redis's reason if the handshake is refused)."""
     try:
         return await _connect(address, dial, waker, sharded)
-    except OSError as exc:  # a timeout, a refused connect, ListenerLost
+    except OSError as exc:  # a timeout, a refused connect, PubSubConnectionLost
         raise pubsub_lost(exc) from exc
 
 
@@ -406,7 +408,7 @@ async def _connect(
             for _ in dial.handshake:
                 reply = await connection._reply()
                 if refused(reply):
-                    raise ListenerLost(f"redis refused the listener's handshake: {reply}")
+                    raise PubSubConnectionLost(f"redis refused the listener's handshake: {reply}")
         except BaseException:
             connection.close()
             raise

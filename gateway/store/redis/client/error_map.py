@@ -3,7 +3,7 @@ whichever way it was reached, becomes :class:`~gateway.errors.Unavailable`.
 
 redis-py's pool and cluster client raise ``redis.exceptions``; the raw connections (the
 pipelined connection, the pub/sub connections) raise socket errors, TLS errors and their own
-(:mod:`gateway.store.redis.faults`, all ``ConnectionError``) and hand refused replies
+(:mod:`gateway.store.redis.client.faults`, all ``ConnectionError``) and hand refused replies
 over as ``hiredis.ReplyError``.  :func:`map_exceptions` turns each into ``Unavailable``
 whose message names what was being done and the cause (:func:`describe`: a wrong
 password, a certificate that does not verify, a name that does not resolve each say
@@ -28,7 +28,7 @@ REFUSED = (redis.exceptions.ResponseError, hiredis.ReplyError)
 #: Redis could not be reached, or the connection failed under the command.
 #: ``RedisClusterException``: no node serves the key's slot now (a cluster changing);
 #: ``OSError`` takes in timeouts, TLS errors (``ssl.SSLError``) and the raw
-#: connections' own failures (``LaneLost``, ``ListenerLost``).
+#: connections' own failures (``PipelinedConnectionLost``, ``PubSubConnectionLost``).
 UNREACHABLE = (redis.exceptions.RedisError, redis.exceptions.RedisClusterException, OSError)
 
 
@@ -91,7 +91,7 @@ class PubSubLost(Unavailable):
 
 
 def pubsub_lost(exc: BaseException) -> PubSubLost:
-    """A pub/sub connection's failure ``exc`` (an ``OSError``: ``ListenerLost``, a
+    """A pub/sub connection's failure ``exc`` (an ``OSError``: ``PubSubConnectionLost``, a
     timeout, a refused connect) as :class:`PubSubLost`, worded as
     :func:`map_exceptions` words an unreachable server, with ``exc`` as ``__cause__``."""
     error = PubSubLost(f"redis unavailable during pub/sub: {describe(exc)}")
