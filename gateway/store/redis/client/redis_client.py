@@ -229,14 +229,14 @@ class RedisClient:
         """A new pub/sub listening connection to ``address`` (sharded pub/sub on a
         cluster), dialled as every raw connection of the node; ``waker`` interrupts its
         reader's wait.  It, and every failure of the connection later, fails with
-        :class:`~.errors.PubSubLost` (an Unavailable)."""
+        :class:`~.error_map.PubSubLost` (an Unavailable)."""
         conn = self._conn
         return await connect_pubsub(address, conn.dial, waker=waker, sharded=conn.cluster)
 
     async def confirmed(self, connections: Iterable[PubSubConnection]) -> None:
         """Return once Redis confirmed every subscription sent on ``connections`` (from
         then on every message published on those channels reaches them), within the
-        node's timeout; else :class:`~.errors.PubSubLost`."""
+        node's timeout; else :class:`~.error_map.PubSubLost`."""
         try:
             with anyio.fail_after(self._conn.timeout):
                 for connection in connections:

@@ -2,18 +2,18 @@
 
 redis-py's ``PubSub`` costs tens of microseconds of Python per message; the live path
 takes one message per published batch per feed, so that cost is paid per event.  A
-:class:`PubSubConnection` is an asyncio protocol that parses every message already received with
-hiredis (C) in ``data_received`` and keeps them in a bounded list for the reader,
-which takes them all at once.
+:class:`PubSubConnection` is an asyncio protocol that parses every message already
+received with hiredis (C) in ``data_received`` and keeps them in a bounded list for the
+reader, which takes them all at once.
 
 It speaks just enough RESP2: the node's handshake (``AUTH``, ``CLIENT SETNAME``,
 ``SELECT``, over TLS as the node's settings say: ``RedisConnection.dial``), then
-``SUBSCRIBE`` / ``UNSUBSCRIBE`` (or their sharded forms on a cluster).
-Its failures (a lost connection, :class:`~gateway.store.redis.client.faults.PubSubConnectionLost`; a
-connect or a handshake that failed; a subscription left unconfirmed) surface as
-:class:`~.errors.PubSubLost`, an Unavailable, from every method that can meet one and as
-:attr:`PubSubConnection.failed`; the owner replaces the connection and re-reads what it
-follows (messages are not stored by Redis, so a lost connection may have lost messages).
+``SUBSCRIBE`` / ``UNSUBSCRIBE`` (or their sharded forms on a cluster).  Its failures (a
+lost connection, :class:`~.faults.PubSubConnectionLost`; a connect or a handshake that
+failed; a subscription left unconfirmed) surface as :class:`~.error_map.PubSubLost`, an
+Unavailable, from every method that can meet one and as :attr:`PubSubConnection.failed`;
+the owner replaces the connection and re-reads what it follows (messages are not stored
+by Redis, so a lost connection may have lost messages).
 """
 
 from __future__ import annotations
@@ -266,7 +266,7 @@ class PubSubConnection(asyncio.Protocol):
         """Return when messages are waiting or after ``within`` seconds (for a connection
         read on its own; several are waited on through their shared :class:`Waker`).
 
-        Raises :class:`~.errors.PubSubLost` once the connection has failed.
+        Raises :class:`~.error_map.PubSubLost` once the connection has failed.
         """
         if self._failed is not None:
             raise self._failed
@@ -387,7 +387,7 @@ async def connect(
     sharded: bool = False,
 ) -> PubSubConnection:
     """Open a pub/sub connection to the Redis at ``address`` as ``dial`` says (TLS,
-    handshake), within ``dial.within`` seconds; :class:`~.errors.PubSubLost` if it could
+    handshake), within ``dial.within`` seconds; :class:`~.error_map.PubSubLost` if it could
     not (with Redis's reason if the handshake is refused)."""
     try:
         return await _connect(address, dial, waker, sharded)
