@@ -801,7 +801,9 @@ class HttpServer:
         self._server = await loop.create_server(
             self._accept, host, port, reuse_address=True, backlog=2048
         )
-        sockets = self._server.sockets
+        # Read as a plain sequence: uvloop's servers give a list where asyncio's types
+        # say tuple, which a compiled module would check (and refuse).
+        sockets: Any = cast(Any, self._server).sockets
         watch = loop.get_exception_handler()
         if not isinstance(watch, _AcceptWatch):
             watch = _AcceptWatch(watch)

@@ -294,11 +294,16 @@ class RedisFeeds(FeedStore):
         (Unavailable: it may have happened) keeps what it took."""
         await self.take(charge)
         reply = await self._run(feed, "append", retention, items, align, expect)
+        # The refusal is kept and raised after the give-back, not waited on inside its
+        # handler (a compiled module must not wait there: CONTRIBUTING.md).
+        refused: GatewayError | None = None
         try:
             result = self._appended(feed, reply)
-        except (IdempotencyKeyReused, HeadMoved):
+        except (IdempotencyKeyReused, HeadMoved) as exc:
+            refused = exc
+        if refused is not None:
             await self._give_back(charge)  # refused: nothing appended
-            raise
+            raise refused
         if reply[1] == reply[7] and reply[2] == reply[8]:
             # Epoch and head as they were: nothing appended.
             await self._give_back(charge)

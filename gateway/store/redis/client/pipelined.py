@@ -270,7 +270,10 @@ class PipelinedConnection:
         pipe = self._pipe
         if pipe is not None and pipe.lost is None:
             return pipe
-        async with self._connecting:
+        # Acquired and released by hand: no wait in the body of an async with in a
+        # compiled module (CONTRIBUTING.md); the release does not wait.
+        await self._connecting.acquire()
+        try:
             pipe = self._pipe
             if pipe is not None and pipe.lost is None:
                 return pipe
@@ -280,6 +283,8 @@ class PipelinedConnection:
             pipe = await self._connect()
             self._pipe = pipe
             return pipe
+        finally:
+            self._connecting.release()
 
     async def _connect(self) -> _Pipe:
         conn = self._conn
