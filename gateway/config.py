@@ -16,6 +16,8 @@ from typing import Any
 
 import msgspec
 
+from gateway.run_lease import DEFAULT_LEASE_SECONDS, check_lease_setting
+
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
     host: str = "127.0.0.1"
@@ -64,6 +66,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     run_retention: int = 100_000
     #: Seconds a run feed is kept after its RUN_FINISHED or RUN_ERROR (0: until trimmed).
     run_finished_ttl_seconds: float = 3600.0
+    #: Seconds a live run holds its lease unless its producer asks for another (within
+    #: gateway.run_lease's bounds); every publish to the run renews it.
+    run_lease_seconds: float = DEFAULT_LEASE_SECONDS
     #: Validate published AG-UI events against the whole AG-UI 1.0 schema.
     agui_strict: bool = False
     max_body_bytes: int = 1_048_576
@@ -188,6 +193,8 @@ SETTINGS_HELP: dict[str, str] = {
     "run_retention": "Items kept per run feed; older ones are trimmed.",
     "run_finished_ttl_seconds": "Seconds a run feed is kept after its RUN_FINISHED or "
     "RUN_ERROR, then deleted (404); 0 keeps it until count retention trims it.",
+    "run_lease_seconds": "Seconds a live run's lease lasts unless its producer asks for "
+    "another (5 to 3600). Checked at start; this release does not end runs by lease yet.",
     "agui_strict": "Validate every published AG-UI event against the whole AG-UI 1.0 "
     "schema of the OpenAPI seed (true/false); off: type and required fields only.",
     "max_body_bytes": "Largest accepted publish body in bytes (413 beyond).",
@@ -414,6 +421,7 @@ def _check(s: Settings) -> None:
             raise ValueError(f"{name} must be a positive number of seconds")
     if not s.run_finished_ttl_seconds >= 0 or math.isinf(s.run_finished_ttl_seconds):
         raise ValueError("run_finished_ttl_seconds must be 0 or a positive number of seconds")
+    check_lease_setting(s.run_lease_seconds)
     if not s.publish_rate > 0 or math.isinf(s.publish_rate):
         raise ValueError("publish_rate must be a positive number of items per second")
     if s.log_level.lower() not in ("debug", "info", "warning", "error"):

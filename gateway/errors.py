@@ -26,6 +26,7 @@ class ErrorCode(enum.StrEnum):
     INVALID_REQUEST = "invalid_request"
     INVALID_CURSOR = "invalid_cursor"
     IDEMPOTENCY_KEY_REUSED = "idempotency_key_reused"
+    RUN_ENDED = "run_ended"
     TOO_LARGE = "too_large"
     UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"
     METHOD_NOT_ALLOWED = "method_not_allowed"
@@ -102,6 +103,22 @@ class InvalidCursor(GatewayError):
 class IdempotencyKeyReused(GatewayError):
     code = ErrorCode.IDEMPOTENCY_KEY_REUSED
     status = 409
+
+
+class RunEnded(GatewayError):
+    """A new event for a run whose end (its terminal event) the run feed already holds;
+    nothing was appended.  Exact retries of what the run holds are answered, not this."""
+
+    code = ErrorCode.RUN_ENDED
+    status = 409
+
+    def __init__(
+        self,
+        message: str = "run: the run has ended (its feed holds its terminal event): nothing "
+        "more can be published to it; nothing was appended (start a new run with another "
+        "run id)",
+    ) -> None:
+        super().__init__(message)
 
 
 class TooLarge(GatewayError):

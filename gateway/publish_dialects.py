@@ -53,6 +53,7 @@ from gateway.errors import (
     HeadMoved,
     IdempotencyKeyReused,
     InvalidRequest,
+    RunEnded,
     Unavailable,
 )
 from gateway.fanout.foldcache import BLOCK as FOLD_BLOCK
@@ -437,7 +438,7 @@ class DialectRuns:
                     "(A2UI surfaces live in a run)"
                 )
             if fold.terminal is not None:
-                raise InvalidRequest(
+                raise RunEnded(
                     f"run: the run has ended ({fold.terminal.get('type')}); nothing "
                     "more can be published to it"
                 )
@@ -492,9 +493,10 @@ class DialectRuns:
         charge: Charge | None = None,
     ) -> AppendResult:
         """Append to the run feed as the AG-UI route does (whole-block retention, the
-        finished run's grace period, the fold kept before retention trims the start),
-        if its head is still ``head``: else HeadMoved, nothing written (and ``charge``
-        not taken: the next plan's append takes it)."""
+        run's end recorded with its ``terminal`` event, the finished run's grace period,
+        the fold kept before retention trims the start), if its head is still
+        ``head``: else HeadMoved, nothing written (and ``charge`` not taken: the next
+        plan's append takes it); RunEnded, nothing written, once the run has ended."""
         expect = Cursor(0, 0) if head is None else head.head_cursor
         result = await self.feeds.append(
             feed,
@@ -503,6 +505,7 @@ class DialectRuns:
             align=FOLD_BLOCK,
             expect=expect,
             charge=charge,
+            ends=terminal,
         )
         if terminal and self.run_finished_ttl > 0:
             await self.feeds.expire(feed, self.run_finished_ttl)

@@ -15,7 +15,7 @@ import msgspec
 import structlog
 
 from gateway.activity import FeedActivity
-from gateway.agui.events import TERMINAL, check_body, encode
+from gateway.agui.events import check_body, encode
 from gateway.cursor import Cursor
 from gateway.errors import GatewayError, IdempotencyKeyReused, InvalidRequest
 from gateway.fanout.foldcache import BLOCK as FOLD_BLOCK
@@ -32,6 +32,7 @@ from gateway.feed import (
 from gateway.limits import Charge, PublishRate
 from gateway.metrics import Metrics
 from gateway.publish_dialects import Authorize, DialectRuns
+from gateway.run_lease import agui_ends, agui_starts, batch_ends, stream_ends
 from gateway.runstream import check_messages, seq_key
 from gateway.store.interfaces import FeedStore, LiveFeed, RunIndex
 from gateway.validate import validate_team_publish
@@ -249,9 +250,11 @@ class Publisher:
         ``idempotency_key`` makes a retried request safe: the same key with the same
         events answers the first cursors again, with other events 409.  A run's
         RUN_FINISHED or RUN_ERROR starts its grace period (``run_finished_ttl``), after
-        which the feed is deleted.  A RUN_STARTED makes the run its thread's latest
-        (``runs``, after the append: a step of its own).  ``rate`` as for
-        :meth:`publish_team`.
+        which the feed is deleted, and ends the run: the append step records the end
+        with the events, and refuses any new event after it (RunEnded, 409; exact
+        retries are still answered).  A body with events after its end is refused
+        whole (RunEnded).  A RUN_STARTED makes the run its thread's latest (``runs``,
+        after the append: a step of its own).  ``rate`` as for :meth:`publish_team`.
         """
         try:
             charge = _charge(rate, tenant, body)
@@ -274,17 +277,23 @@ class Publisher:
                 ]
             except RecursionError as exc:
                 raise InvalidRequest("body: JSON nested too deeply") from exc
+            types = [e["type"] for e in events]
+            ended = batch_ends(agui_ends(types), _where(len(events), isinstance(body, list)))
             feed = run_feed(tenant, thread_id, run_id)
             if idempotency_key is not None:
                 await self._check_request_key(feed, idempotency_key, len(new))
             result = await self.feeds.append(
-                feed, new, retention=self.run_retention, align=FOLD_BLOCK, charge=charge
+                feed,
+                new,
+                retention=self.run_retention,
+                align=FOLD_BLOCK,
+                charge=charge,
+                ends=ended,
             )
-            ended = any(e["type"] in TERMINAL for e in events)
             if self.run_finished_ttl > 0 and ended:
                 await self.feeds.expire(feed, self.run_finished_ttl)
             if self.runs is not None:
-                started = any(e["type"] == "RUN_STARTED" for e in events)
+                started = agui_starts(types)
                 await self._index_run(tenant, thread_id, run_id, started=started, ended=ended)
             try:
                 await self.folds.persist(feed, result.state, self.run_retention)
@@ -363,7 +372,10 @@ class Publisher:
         committed seq; a retained seq sent again with the same body is a safe retry
         (answered with its cursor), with another body 409.  The result is stored too
         (key ``result``); ``delta`` and ``status`` messages go to live followers only
-        (their cursor is None).  Everything is checked before anything is sent.
+        (their cursor is None).  Everything is checked before anything is sent.  The
+        result ends the run: nothing may follow it in the body, and once appended the
+        append step refuses new committed events (RunEnded, 409; exact retries are
+        still answered).
         ``rate`` as for :meth:`publish_team`: the whole body's count is taken by the
         first of its store steps (an append, or a transient message's publish) that
         does something new, so a refused body sends nothing.
@@ -373,6 +385,10 @@ class Publisher:
             if not is_run_part(thread_id) or not is_run_part(run_id):
                 raise InvalidRequest("thread_id and run_id must match ^[A-Za-z0-9_.-]{1,128}$")
             messages = check_messages(body, thread_id=thread_id, run_id=run_id)
+            batch_ends(
+                stream_ends([m["kind"] for m in messages]),
+                _where(len(messages), isinstance(body, list)),
+            )
             feed = run_events_feed(tenant, thread_id, run_id)
             first = next((m["event"]["seq"] for m in messages if m["kind"] == "event"), None)
             if first is not None and await self.feeds.offset_of(feed, seq_key(first)) is None:
@@ -388,10 +404,14 @@ class Publisher:
             cursors: list[Cursor | None] = []
             pending: list[NewItem] = []
 
-            async def flush() -> None:
+            async def flush(ends: bool = False) -> None:
                 if pending:
                     result = await self.feeds.append(
-                        feed, pending, retention=self.run_retention, charge=_due(charge)
+                        feed,
+                        pending,
+                        retention=self.run_retention,
+                        charge=_due(charge),
+                        ends=ends,
                     )
                     cursors.extend(result.cursors)
                     pending.clear()
@@ -406,6 +426,7 @@ class Publisher:
                         {"kind": "result", "run_id": run_id, "result": message["result"]}
                     )
                     pending.append(NewItem("result", data))
+                    await flush(ends=True)  # the body's last message (batch_ends)
                 else:
                     await flush()
                     await self.live.broadcast(
@@ -522,6 +543,11 @@ def _charge(rate: PublishRate | None, tenant: str, body: object) -> Charge | Non
     if rate is None:
         return None
     return rate.charge(tenant, len(body) if isinstance(body, list) else 1)
+
+
+def _where(n: int, array: bool) -> list[str]:
+    """How error messages name a body's ``n`` items: ``[i]`` in an array, else ``event``."""
+    return [f"[{i}]" for i in range(n)] if array else ["event"]
 
 
 def _due(charge: Charge | None) -> Charge | None:

@@ -59,7 +59,19 @@ MAX_BATCH_ITEMS = 1000
 #: "its id <epoch>:<offset>" reads "its id :".  The route texts below restore it.
 CURSOR_TEXT = "`<epoch>:<offset>`"
 #: Error codes the gateway answers that neither of the seed's code enums has.
-GATEWAY_ERROR_CODES = ["unsupported_media_type", "method_not_allowed", "rate_limited", "internal"]
+GATEWAY_ERROR_CODES = [
+    "unsupported_media_type",
+    "method_not_allowed",
+    "rate_limited",
+    "internal",
+    "run_ended",
+]
+#: A run's end is final (contract, "Runs end"): what the run publish routes say of it.
+RUN_END_TEXT = """\
+**A run's end is final.** Once the run feed holds the run's end ({end}), a new event is \
+409 run_ended and nothing of the body is appended; an exact retry of what the run holds \
+still answers its first cursor; a body with anything after its end is 409 run_ended as \
+a whole. The producer starts a new run with another run id."""
 #: Seed schemas the gateway's routes refer to; their transitive closure is copied.
 SEED_ROOTS = (
     "TeamItem",
@@ -537,7 +549,9 @@ outside the token's `threads` claim and a malformed thread or run id are 404 not
 like a run the caller may not read. The body limit is `GATEWAY_MAX_BODY_BYTES` (413 \
 too_large beyond it); the events count against the tenant's publish rate \
 (GATEWAY_PUBLISH_RATE, GATEWAY_PUBLISH_BURST; 429 rate_limited with `Retry-After`). The \
-Redis inbox `<prefix>:inbox:run` and the Python producer apply the same checks."""
+Redis inbox `<prefix>:inbox:run` and the Python producer apply the same checks.
+
+""" + RUN_END_TEXT.format(end="`RUN_FINISHED` or `RUN_ERROR`")
 
 ATTACH_DESCRIPTION = f"""\
 Attach an AG-UI `HttpAgent` to a run that is already going (contract D7).
@@ -612,7 +626,9 @@ holds one entry per message, in order: the stored message's cursor, or null for 
 transient one. Needs the `publish` scope (403 forbidden without it); a thread outside \
 the token's `threads` claim and a malformed thread or run id are 404 not_found. The \
 body limit is `GATEWAY_MAX_BODY_BYTES` (413 too_large beyond it); publishing counts \
-against the tenant's publish rate (429 rate_limited with `Retry-After`)."""
+against the tenant's publish rate (429 rate_limited with `Retry-After`).
+
+""" + RUN_END_TEXT.format(end="its `result`; transient messages are not stored and not refused")
 
 
 def run_params(thread: str, run: str) -> list[dict[str, Any]]:
@@ -834,8 +850,15 @@ def publish_errors(
     *,
     not_found: str = RUN_PUBLISH_NOT_FOUND,
     rate: str | None = None,
+    ended: str | None = None,
 ) -> dict[str, Any]:
-    """The error responses of a publish route (team or run)."""
+    """The error responses of a publish route (team or run); ``ended``: a run route's
+    409 run_ended."""
+    conflict = (
+        error_response(reused, ["idempotency_key_reused"], known)
+        if ended is None
+        else error_response(f"{reused} {ended}", ["idempotency_key_reused", "run_ended"], known)
+    )
     return {
         "400": error_response(bad_request, ["invalid_request"], known),
         "401": error_response(
@@ -847,7 +870,7 @@ def publish_errors(
             "forbidden: the token lacks the publish scope.", ["forbidden"], known
         ),
         "404": error_response(not_found, ["not_found"], known),
-        "409": error_response(reused, ["idempotency_key_reused"], known),
+        "409": conflict,
         "413": error_response(
             "too_large: the body is larger than GATEWAY_MAX_BODY_BYTES.", ["too_large"], known
         ),
@@ -877,6 +900,13 @@ PUBLISH_CODES = [
     "rate_limited",
     "unavailable",
 ]
+#: The run publish routes' codes: a run's end is final.
+RUN_PUBLISH_CODES = [*PUBLISH_CODES[:5], "run_ended", *PUBLISH_CODES[5:]]
+#: Their 409 run_ended.
+RUN_ENDED = (
+    "run_ended: the run has ended (its feed holds its end), or the body has something "
+    "after its end. Nothing of the body was appended; start a new run (another run id)."
+)
 
 
 def run_post(known: set[str]) -> dict[str, Any]:
@@ -885,7 +915,7 @@ def run_post(known: set[str]) -> dict[str, Any]:
         "summary": "Publish AG-UI events to a run feed",
         "description": RUN_POST_DESCRIPTION,
         "operationId": "publishRunAgUi",
-        "x-error-codes": PUBLISH_CODES,
+        "x-error-codes": RUN_PUBLISH_CODES,
         "parameters": [
             *run_params(
                 "The run's thread: any id matching the pattern. RUN_STARTED and "
@@ -935,6 +965,7 @@ def run_post(known: set[str]) -> dict[str, Any]:
                 "idempotency_key_reused: the Idempotency-Key is one the feed still retains, "
                 "sent with different events. Nothing of the body was appended.",
                 "retrying with the same Idempotency-Key is safe.",
+                ended=RUN_ENDED,
             ),
         },
     }
@@ -1007,7 +1038,7 @@ def publish_run_events(known: set[str]) -> dict[str, Any]:
         "summary": "Publish to a run's threads stream",
         "description": RUN_EVENTS_POST_DESCRIPTION,
         "operationId": "publishRunEvents",
-        "x-error-codes": PUBLISH_CODES,
+        "x-error-codes": RUN_PUBLISH_CODES,
         "parameters": run_params(
             "The run's thread: committed events must carry it as `event.thread_id`.",
             "The run: the result message must name it as `run_id`.",
@@ -1046,6 +1077,7 @@ def publish_run_events(known: set[str]) -> dict[str, Any]:
                     "(GATEWAY_PUBLISH_RATE per second, GATEWAY_PUBLISH_BURST at once) is "
                     "empty. The request is refused whole: nothing was appended or sent."
                 ),
+                ended=RUN_ENDED,
             ),
         },
     }
@@ -1696,7 +1728,12 @@ GATEWAY_RUN_FINISHED_TTL_SECONDS later). Needs the `publish` scope (403 forbidde
 without it); a `conversationId` outside the token's `threads` claim is 404 not_found. \
 The body limit is `GATEWAY_MAX_BODY_BYTES` (413 too_large beyond it); the events count \
 against the tenant's publish rate (429 rate_limited with `Retry-After`). The Redis inbox \
-`<prefix>:inbox:sparktide` and the Python producer apply the same rules."""
+`<prefix>:inbox:sparktide` and the Python producer apply the same rules.
+
+""" + RUN_END_TEXT.format(
+    end="the RUN_FINISHED or RUN_ERROR derived from `message.completed` or a \
+non-retryable `error`"
+)
 
 A2UI_POST_DESCRIPTION = f"""\
 Append A2UI v0.9 server-to-client messages to a run feed as AG-UI activities (contract \
@@ -1730,7 +1767,9 @@ forbidden without it); a thread outside the token's `threads` claim and a malfor
 thread or run id are 404 not_found. The body limit is `GATEWAY_MAX_BODY_BYTES` (413 \
 too_large beyond it); the messages count against the tenant's publish rate (429 \
 rate_limited with `Retry-After`). The Redis inbox `<prefix>:inbox:a2ui` and the Python \
-producer apply the same rules."""
+producer apply the same rules.
+
+""" + RUN_END_TEXT.format(end="`RUN_FINISHED` or `RUN_ERROR`")
 
 
 def _seed_component_refs(node: Any, prefix: str) -> Any:
@@ -1863,7 +1902,7 @@ def _dialect_post(
         "summary": summary,
         "description": description,
         "operationId": op_id,
-        "x-error-codes": PUBLISH_CODES,
+        "x-error-codes": RUN_PUBLISH_CODES,
         "parameters": parameters,
         "requestBody": {
             "required": True,
@@ -1872,7 +1911,9 @@ def _dialect_post(
         },
         "responses": {
             "200": {"description": ok, "content": json_content(ref("PublishResponse"))},
-            **publish_errors(known, bad_request, reused, retry, not_found=not_found),
+            **publish_errors(
+                known, bad_request, reused, retry, not_found=not_found, ended=RUN_ENDED
+            ),
         },
     }
 

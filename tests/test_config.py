@@ -134,6 +134,17 @@ def test_out_of_range_names_the_setting(name: str, raw: str) -> None:
     assert name in error_of({name: raw}, {})
 
 
+@pytest.mark.parametrize("raw", ["4.9", "3600.5", "nan", "inf", "-60"])
+def test_run_lease_bounds(raw: str) -> None:
+    assert "run_lease_seconds" in error_of({}, {"GATEWAY_RUN_LEASE_SECONDS": raw})
+
+
+def test_run_lease_default_and_bounds_accepted() -> None:
+    assert load({}, {}).run_lease_seconds == 60.0
+    for raw in ("5", "3600", "90.5"):
+        assert load({}, {"GATEWAY_RUN_LEASE_SECONDS": raw}).run_lease_seconds == float(raw)
+
+
 def test_port_upper_bound() -> None:
     assert load({}, {"GATEWAY_PORT": "65535"}).port == 65535
     assert "port" in error_of({}, {"GATEWAY_PORT": "65536"})

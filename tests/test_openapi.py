@@ -421,10 +421,13 @@ def _statuses(op: dict[str, Any]) -> dict[str, list[str]]:
 
 
 def test_run_error_responses(doc: dict[str, Any]) -> None:
+    # A run's end is final: the run publish routes also answer 409 run_ended.
     expected = {status: [code] for status, code in PUBLISH_CODES.items()}
+    expected["409"] = ["idempotency_key_reused", "run_ended"]
     for path in (RUN_UI, RUN_EVENTS):
         op = doc["paths"][path]["post"]
         assert _statuses(op) == expected, path
+        assert "run_ended" in op["x-error-codes"], path
         assert op["responses"]["429"]["headers"]["Retry-After"]["schema"]["minimum"] == 1
         assert "security" not in op  # the document's bearer
     stream = {status: [code] for status, code in STREAM_CODES.items()}

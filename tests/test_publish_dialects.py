@@ -52,6 +52,7 @@ class CountingStore(MemoryStore):
         align: int = 0,
         expect: Cursor | None = None,
         charge: Charge | None = None,
+        ends: bool = False,
     ) -> AppendResult:
         if self.cut_in:
             other = self.cut_in if self.always else self.cut_in[:]
@@ -59,7 +60,7 @@ class CountingStore(MemoryStore):
                 self.cut_in = []
             await super().append(feed, other, retention=retention, align=align)
         return await super().append(
-            feed, items, retention=retention, align=align, expect=expect, charge=charge
+            feed, items, retention=retention, align=align, expect=expect, charge=charge, ends=ends
         )
 
 

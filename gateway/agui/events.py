@@ -19,6 +19,7 @@ from typing import Any
 import msgspec
 
 from gateway.errors import InvalidRequest
+from gateway.run_lease import AGUI_ENDS
 from gateway.validate import MAX_BATCH_ITEMS, fast_component_validator, seed_schemas
 
 Event = dict[str, Any]
@@ -103,8 +104,8 @@ REQUIRED: Mapping[str, Mapping[str, _Check]] = {
     "SUBAGENT_ERROR": {"subagentRunId": _is_str, "message": _is_str},
 }
 
-#: Events that end a run (the SSE stream of the run ends after them).
-TERMINAL = frozenset({"RUN_FINISHED", "RUN_ERROR"})
+#: Events that end a run (the SSE stream of the run ends after them; gateway.run_lease).
+TERMINAL = AGUI_ENDS
 
 #: Optional fields a client rejects outright when they are ``null`` (the AG-UI client's
 #: verification refuses the whole stream), so publishing refuses them instead.

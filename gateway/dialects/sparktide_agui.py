@@ -41,7 +41,7 @@ from gateway.dialects.sparktide import (
     event_key,
     item_keys,
 )
-from gateway.errors import InvalidRequest
+from gateway.errors import InvalidRequest, RunEnded
 
 Event = dict[str, Any]
 
@@ -318,8 +318,8 @@ def translate(state: RunState, event: Event, where: str = "event") -> tuple[RunS
     ``event`` must have passed :func:`~gateway.dialects.sparktide.check_event` and the
     sequence rule (:func:`~gateway.dialects.sparktide.check_sequence` said APPEND).
     Raises :class:`InvalidRequest` for an event the run cannot take: another message
-    than the run's, an event after the run ended, an agent call or step already open,
-    more than :data:`MAX_OPEN` open at once.
+    than the run's, an agent call or step already open, more than :data:`MAX_OPEN` open
+    at once; :class:`RunEnded` for an event after the run ended.
     """
     mid = event["messageId"]
     if state.message_id is not None and mid != state.message_id:
@@ -328,7 +328,7 @@ def translate(state: RunState, event: Event, where: str = "event") -> tuple[RunS
             "a run carries one message"
         )
     if state.ended:
-        raise InvalidRequest(
+        raise RunEnded(
             f"{where}.event: the run has ended (message.completed, or an error that is not "
             "retryable); nothing more can be published to it"
         )

@@ -108,6 +108,7 @@ class FeedStore(abc.ABC):
         align: int = 0,
         expect: Cursor | None = None,
         charge: Charge | None = None,
+        ends: bool = False,
     ) -> AppendResult:
         """Append ``items`` in order as one atomic step; see the module docstring.
 
@@ -127,8 +128,14 @@ class FeedStore(abc.ABC):
         after everything else, so a batch refused for another reason takes nothing
         either (docs/storage.md, "The publish rate").
 
+        With ``ends`` the batch ends a run (it holds the run's terminal event, last):
+        the step records the end with the items.  Once a feed's current epoch holds
+        an end, a batch with any new item is refused (RunEnded, nothing written); a
+        batch of exact retries is still answered with its first cursors (the retries
+        are recognised before the end is checked).
+
         Raises IdempotencyKeyReused (message names the item index), HeadMoved,
-        RateLimited or Unavailable.
+        RunEnded, RateLimited or Unavailable.
         """
 
     async def append_many(

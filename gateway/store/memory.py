@@ -15,7 +15,7 @@ import anyio
 import anyio.lowlevel
 
 from gateway.cursor import Cursor
-from gateway.errors import HeadMoved, IdempotencyKeyReused
+from gateway.errors import HeadMoved, IdempotencyKeyReused, RunEnded
 from gateway.feed import AppendResult, FeedKey, FeedKind, FeedState, NewItem, StoredItem
 from gateway.limits import Charge
 from gateway.store.hold import HoldPolicy
@@ -39,7 +39,7 @@ from gateway.store.last_seen import chain_next
 
 
 class _Feed:
-    __slots__ = ("chain", "epoch", "head", "host", "items", "keys")
+    __slots__ = ("chain", "ended", "epoch", "head", "host", "items", "keys")
 
     def __init__(self, epoch: int) -> None:
         self.epoch = epoch
@@ -49,6 +49,8 @@ class _Feed:
         #: (item, idempotency key, append time by time.time()) per retained item.
         self.items: deque[tuple[StoredItem, str | None, float]] = deque()
         self.keys: dict[str, int] = {}
+        #: The run's terminal event is appended (an append with ``ends``).
+        self.ended = False
 
     def state(self) -> FeedState:
         first = self.items[0][0].offset if self.items else self.head + 1
@@ -181,6 +183,7 @@ class MemoryStore(FeedStore, LiveFeed, FoldStore, RunIndex):
         align: int = 0,
         expect: Cursor | None = None,
         charge: Charge | None = None,
+        ends: bool = False,
     ) -> AppendResult:
         f = self._get(feed)
         new_epoch = f is None
@@ -209,6 +212,8 @@ class MemoryStore(FeedStore, LiveFeed, FoldStore, RunIndex):
                 planned.append(existing)
             if item.key and item.key not in batch_keys:
                 batch_keys[item.key] = (item.data, existing_or_new)
+        if f is not None and f.ended and any(e is None for e in planned):
+            raise RunEnded()
         if expect is not None and any(e is None for e in planned):
             head = Cursor(0, 0) if f is None else Cursor(f.epoch, f.head)
             if head != expect:
@@ -237,6 +242,8 @@ class MemoryStore(FeedStore, LiveFeed, FoldStore, RunIndex):
             if f.host is None and f.head == 1:
                 f.host = item.host_opening
             cursors.append(stored.cursor)
+        if ends and any(e is None for e in planned):
+            f.ended = True
         excess = len(f.items) - retention
         if excess > 0 and align > 0:
             before = f.items[0][0].offset - 1

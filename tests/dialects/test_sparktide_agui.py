@@ -23,7 +23,7 @@ from gateway.dialects.sparktide_agui import (
     state_from_fold,
     translate,
 )
-from gateway.errors import InvalidRequest
+from gateway.errors import InvalidRequest, RunEnded
 from tests.dialects.sparktide_runs import (
     ALL_RUNS,
     CHILD,
@@ -323,9 +323,11 @@ REFUSED: list[tuple[str, RunState, Event, str]] = [
 def test_what_a_run_cannot_take_is_refused(
     case: str, state: RunState, incoming: Event, message: str
 ) -> None:
-    with pytest.raises(InvalidRequest) as caught:
+    with pytest.raises((InvalidRequest, RunEnded)) as caught:
         translate(state, incoming)
     assert caught.value.message.startswith(message), caught.value.message
+    # After the end: 409 run_ended, as on every publish path (contract D12).
+    assert isinstance(caught.value, RunEnded) == (case == "after the run ended")
 
 
 # --------------------------------------------------------------------------- the state

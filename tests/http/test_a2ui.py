@@ -208,7 +208,7 @@ async def test_the_run_must_be_going(node: Gateway, client: httpx.AsyncClient) -
     assert error(r, 400, "invalid_request").startswith(not_started)
     await post(client, AGUI, [STARTED, {"type": "RUN_FINISHED", "threadId": THREAD, "runId": RUN}])
     r = await client.post(PUBLISH, json=create("s"), headers=auth())
-    assert error(r, 400, "invalid_request") == (
+    assert error(r, 409, "run_ended") == (
         "run: the run has ended (RUN_FINISHED); nothing more can be published to it"
     )
     assert await head(node) == 3

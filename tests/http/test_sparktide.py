@@ -228,7 +228,7 @@ async def test_nothing_more_after_the_run_ended(
     if forgetting:
         forget(node)
     r = await client.post(PUBLISH, json=event("text.delta", len(FAILED) + 1), headers=auth())
-    assert "the run has ended" in error(r, 400, "invalid_request")
+    assert "the run has ended" in error(r, 409, "run_ended")
     # The retry of the last event is still answered.
     assert len(await publish(client, FAILED[-1])) == 1
 

@@ -186,6 +186,33 @@ async def test_a_finished_run_is_gone_after_its_grace_not_recreated(
         await backend.aclose()
 
 
+async def test_a_runs_end_is_final_on_every_shard(cluster: RedisCluster, prefix: str) -> None:
+    """The end is recorded per feed, in the feed's slot: after RUN_FINISHED a new event is
+    409 run_ended on runs on every shard (HTTP publishes are charged: a take of its own
+    then the append), and the retry of the end answers its first cursor."""
+    async with start_node(cluster.seed_url, prefix, redis_cluster=True) as node:
+        async with httpx.AsyncClient(base_url=node.url, timeout=DEADLINE) as client:
+            for _ in range(9):
+                thread, run = ev.new_id(), ev.new_id()
+                path = f"/v1/threads/{thread}/runs/{run}/ui/ag-ui"
+                done = [
+                    {"type": "RUN_STARTED", "threadId": thread, "runId": run},
+                    {"type": "RUN_FINISHED", "threadId": thread, "runId": run},
+                ]
+                headers = {**auth(), "Idempotency-Key": "k"}
+                first = await client.post(path, json=done, headers=headers)
+                assert first.status_code == 200, first.text
+                late = {"type": "CUSTOM", "name": "late", "value": 1}
+                r = await client.post(path, json=late, headers=auth())
+                assert r.status_code == 409 and r.json()["error"]["code"] == "run_ended", r.text
+                again = await client.post(path, json=done, headers=headers)
+                assert again.status_code == 200 and again.json() == first.json()
+                state = await node.backend.feeds.state(run_feed(TENANT, thread, run))
+                assert state is not None and state.head == 2
+        where = holders(cluster, f"{prefix}:*run*")
+        assert len(where) >= 2, f"the runs sit on one master: {where}"
+
+
 async def test_sharded_inbox_every_shard_is_consumed(cluster: RedisCluster, prefix: str) -> None:
     shards = 6
     teams = [ev.team_id() for _ in range(shards)]

@@ -9,7 +9,9 @@
 --       longer than the move of this feed's own keys (TRYAGAIN, retried).
 --       A feed deleted on purpose (a finished run whose grace period ended) keeps its
 --       meta hash, with the field "gone", for a while after its stream expired.
--- ARGV: 1 mode ("append" | "check" | "recreate"), 2 retention, 3 known epoch (0: none),
+--       A run feed whose end was appended holds the field "end": the epoch it ended in.
+-- ARGV: 1 mode ("append" | "end" | "check" | "recreate"; "end": an append whose batch
+--         ends the run, so the feed records its end), 2 retention, 3 known epoch (0: none),
 --       4 known offset, 5 known chain, 6 item count n, 7 trim alignment ("" or 0:
 --       none; A: trim only so that the first retained offset - 1 is a multiple of A),
 --       8 the writer's identity (the server the node reached: "" for none; "@cluster":
@@ -53,7 +55,8 @@
 -- head, the known epoch sent (0: none), items lost to the calling node, offsets... (in
 -- check mode: the page's entries, if one was read)} where status is "ok", "reused" (then the 2nd element is the failing
 -- item index and nothing was written), "moved" (the expected head was not the head;
--- nothing was written), "limited" (see ARGV above) or "absent" (check mode on a feed that does not
+-- nothing was written), "ended" (the run ended in this epoch and the batch has new
+-- items; nothing was written), "limited" (see ARGV above) or "absent" (check mode on a feed that does not
 -- exist; "gone" when it was deleted on purpose); reason is "" or why the feed moved to a new epoch in this call (missing,
 -- rollback, moved), and the previous epoch and head are what the store held before.
 
@@ -73,9 +76,10 @@ local ITEMS = 12
 
 local function fmt(x) return string.format('%d', x) end
 
-local meta = redis.call('HMGET', M, 'epoch', 'head', 'chain', 'host', 'w', 't', 'gone')
+local meta = redis.call('HMGET', M, 'epoch', 'head', 'chain', 'host', 'w', 't', 'gone', 'end')
 local epoch, head, chain, host = tonumber(meta[1]), tonumber(meta[2]), meta[3], meta[4]
 local writer, tomb = meta[5], meta[6]
+local ended_in = tonumber(meta[8])
 local prev_epoch, prev_head = epoch or 0, head or 0
 -- Deleted on purpose: the expiry set the "gone" field and its stream has expired.
 local gone = meta[7] and redis.call('EXISTS', S) == 0
@@ -268,6 +272,10 @@ for i = 0, n - 1 do
   offsets[#offsets + 1] = off
 end
 
+-- A run's end is final: after it only exact retries (answered by the plan) get through.
+-- An end recorded in an older epoch belongs to a history this feed no longer holds.
+if #new > 0 and reason == '' and ended_in == epoch then return {'ended'} end
+
 if expect ~= '' and #new > 0 then
   local at
   if reason == 'missing' then at = '0:0'
@@ -311,7 +319,11 @@ for _, i in ipairs(new) do
   end
 end
 if #new > 0 then
-  redis.call('HSET', M, 'head', fmt(head), 'chain', chain)
+  if mode == 'end' then
+    redis.call('HSET', M, 'head', fmt(head), 'chain', chain, 'end', fmt(epoch))
+  else
+    redis.call('HSET', M, 'head', fmt(head), 'chain', chain)
+  end
   announce(published, stamp, before)
 end
 

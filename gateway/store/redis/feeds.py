@@ -18,7 +18,7 @@ from urllib.parse import quote
 import structlog
 
 from gateway.cursor import Cursor
-from gateway.errors import GatewayError, HeadMoved, IdempotencyKeyReused, Unavailable
+from gateway.errors import GatewayError, HeadMoved, IdempotencyKeyReused, RunEnded, Unavailable
 from gateway.feed import AppendResult, FeedKey, FeedState, NewItem, StoredItem
 from gateway.limits import Charge
 from gateway.store.interfaces import Batch, FeedStore, Joined, history_start
@@ -128,13 +128,15 @@ class RedisFeeds(FeedStore):
         expect: Cursor | None = None,
         page: tuple[str, int] | None = None,
         charge: Charge | None = None,
+        ends: bool = False,
     ) -> list[Any]:
         """The append step's ARGV (see ``feed.lua``); ``page`` (check mode): where the
         history page read with the state starts, and its item count; ``charge``: the
-        publish rate's arguments, after the items."""
+        publish rate's arguments, after the items; ``ends``: the append's batch ends
+        the run (mode ``end``, which records it)."""
         known_epoch, known_offset, known_chain = self.known.split(feed)
         args: list[Any] = [
-            mode,
+            "end" if ends and mode == "append" else mode,
             retention,
             known_epoch,
             known_offset,
@@ -164,8 +166,9 @@ class RedisFeeds(FeedStore):
         expect: Cursor | None = None,
         page: tuple[str, int] | None = None,
         charge: Charge | None = None,
+        ends: bool = False,
     ) -> Any:
-        args = self._args(feed, mode, retention, items, align, expect, page, charge)
+        args = self._args(feed, mode, retention, items, align, expect, page, charge, ends)
         keys = self._script_keys(feed)
         if charge is not None:
             keys.append(self.rate_key(charge.tenant))
@@ -238,6 +241,8 @@ class RedisFeeds(FeedStore):
             )
         if reply[0] == b"moved":
             raise HeadMoved("the feed's head moved since the append was planned: plan again")
+        if reply[0] == b"ended":
+            raise RunEnded()
         state = self._state(reply)
         cursors = [Cursor(state.epoch, int(off)) for off in reply[11:]]
         self._rotated(feed, reply)
@@ -272,10 +277,15 @@ class RedisFeeds(FeedStore):
         align: int = 0,
         expect: Cursor | None = None,
         charge: Charge | None = None,
+        ends: bool = False,
     ) -> AppendResult:
         if charge is not None and self.conn.cluster:
-            return await self._append_charged(feed, items, retention, align, expect, charge)
-        reply = await self._run(feed, "append", retention, items, align, expect, charge=charge)
+            return await self._append_charged(
+                feed, items, retention, align, expect, charge, ends=ends
+            )
+        reply = await self._run(
+            feed, "append", retention, items, align, expect, charge=charge, ends=ends
+        )
         return self._appended(feed, reply, charge)
 
     async def _append_charged(
@@ -286,6 +296,8 @@ class RedisFeeds(FeedStore):
         align: int,
         expect: Cursor | None,
         charge: Charge,
+        *,
+        ends: bool = False,
     ) -> AppendResult:
         """A charged append on a cluster: the tenant's bucket is on its own slot, and a
         script may touch one slot's keys only, so the take is a call of its own before
@@ -293,13 +305,13 @@ class RedisFeeds(FeedStore):
         refused as reused or moved) is given back by another.  An append that failed
         (Unavailable: it may have happened) keeps what it took."""
         await self.take(charge)
-        reply = await self._run(feed, "append", retention, items, align, expect)
+        reply = await self._run(feed, "append", retention, items, align, expect, ends=ends)
         # The refusal is kept and raised after the give-back, not waited on inside its
         # handler (a compiled module must not wait there: CONTRIBUTING.md).
         refused: GatewayError | None = None
         try:
             result = self._appended(feed, reply)
-        except (IdempotencyKeyReused, HeadMoved) as exc:
+        except (IdempotencyKeyReused, HeadMoved, RunEnded) as exc:
             refused = exc
         if refused is not None:
             await self._give_back(charge)  # refused: nothing appended
@@ -342,7 +354,7 @@ class RedisFeeds(FeedStore):
 
     async def _flush(self, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
         # Timed as an append if the batch holds one, else as the state checks it is.
-        command = "append" if any(args[0] == "append" for _, args in calls) else "state"
+        command = "append" if any(args[0] in ("append", "end") for _, args in calls) else "state"
         return await self._redis.run_script("append step", self._script, calls, metric=command)
 
     async def append_many(
