@@ -289,12 +289,14 @@ class RedisLive(LiveFeed):
         if not self.conn.cluster:
             reply = await redis.xread(streams, count=count)
             return list(reply or ())
-        async with redis.pipeline(transaction=False) as pipe:
-            for key, position in streams.items():
-                pipe.execute_command(
-                    "XREAD", "COUNT", count, "STREAMS", key, position, **self.conn.routed(key)
-                )
-            replies = await pipe.execute()
+        # Initialised and run without async with (a compiled module waits inside none,
+        # CONTRIBUTING.md): execute() resets the pipeline itself.
+        pipe = await redis.pipeline(transaction=False).initialize()
+        for key, position in streams.items():
+            pipe.execute_command(
+                "XREAD", "COUNT", count, "STREAMS", key, position, **self.conn.routed(key)
+            )
+        replies = await pipe.execute()
         return [entry for reply in replies for entry in reply or ()]
 
     # -- listening -------------------------------------------------------------------------
