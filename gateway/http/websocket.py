@@ -346,11 +346,19 @@ class Socket:
         # Also when cancelled during the wait: the tasks' on_failure holds this socket
         # (a cycle only the GC would free).
         self._tasks = None
+        # Raised with the locals that hold them cleared: an exception kept in a local of
+        # the frame its traceback holds is a cycle only the GC would free.
         if interrupted is not None:
-            raise interrupted
+            try:
+                raise interrupted
+            finally:
+                interrupted = failed = None
         self.outbox.release()
         if failed is not None:
-            raise failed
+            try:
+                raise failed
+            finally:
+                failed = None
         if tasks.failure is not None:
             raise tasks.failure
 
