@@ -322,25 +322,43 @@ class Socket:
         here once the others have ended.
         """
         tasks = self._tasks = OwnedTasks(on_failure=lambda _: self._finish())
+        # What ends the wait (the connection's loss cancels us) is kept and raised after
+        # the tasks ended, not waited on inside a handler: this module is compiled, and
+        # a compiled coroutine must not wait there (CONTRIBUTING.md).
+        failed: BaseException | None = None
         try:
             if trailing:
                 self.on_data(trailing)
             await self._closed.wait()
-        finally:
-            # Also when the connection was lost (a reset cancels us): live subscriptions
-            # keep no task, so nothing else would release them.  Stopped first: no entry
-            # starts a task from here on.
-            self.session.stop()
-            self._pump()
+        except BaseException as exc:
+            failed = exc
+        # Also when the connection was lost: live subscriptions keep no task, so nothing
+        # else would release them.  Stopped first: no entry starts a task from here on.
+        self.session.stop()
+        self._pump()
+        interrupted: BaseException | None = None
+        try:
+            if not await tasks.wait(TASKS_END_WITHIN):
+                tasks.cancel()
+                await tasks.wait(TASKS_END_WITHIN)
+        except BaseException as exc:
+            interrupted = exc
+        # Also when cancelled during the wait: the tasks' on_failure holds this socket
+        # (a cycle only the GC would free).
+        self._tasks = None
+        # Raised with the locals that hold them cleared: an exception kept in a local of
+        # the frame its traceback holds is a cycle only the GC would free.
+        if interrupted is not None:
             try:
-                if not await tasks.wait(TASKS_END_WITHIN):
-                    tasks.cancel()
-                    await tasks.wait(TASKS_END_WITHIN)
+                raise interrupted
             finally:
-                # Also when cancelled during the wait: the tasks' on_failure holds this
-                # socket (a cycle only the GC would free).
-                self._tasks = None
-            self.outbox.release()
+                interrupted = failed = None
+        self.outbox.release()
+        if failed is not None:
+            try:
+                raise failed
+            finally:
+                failed = None
         if tasks.failure is not None:
             raise tasks.failure
 
