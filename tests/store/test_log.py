@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 
 import anyio
 import pytest
@@ -16,20 +16,10 @@ from gateway.store.last_seen import chain_next
 from gateway.store.redis import redis_backend
 from gateway.store.redis.live import _after, _announced
 from tests.support import events as ev
-from tests.support.backends import lose, open_backend, redis_feeds
+from tests.support.backends import lose, redis_feeds
 from tests.support.live import read_new
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-async def store(node_redis: tuple[str | None, str]) -> AsyncIterator[Backend]:
-    url, prefix = node_redis
-    backend = open_backend(url, prefix)
-    try:
-        yield backend
-    finally:
-        await backend.aclose()
 
 
 def feed() -> FeedKey:

@@ -10,7 +10,7 @@ append step recognises them before it checks the end.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -24,22 +24,11 @@ from gateway.producer import Producer
 from gateway.store.interfaces import Backend
 from gateway.store.redis.inbox import dead_letter_key, inbox_key
 from tests.support import events as ev
-from tests.support.backends import open_backend
 from tests.support.node import metric, start_node
 
 pytestmark = pytest.mark.anyio
 
 TENANT = "acme"
-
-
-@pytest.fixture
-async def store(node_redis: tuple[str | None, str]) -> AsyncIterator[Backend]:
-    url, prefix = node_redis
-    backend = open_backend(url, prefix)
-    try:
-        yield backend
-    finally:
-        await backend.aclose()
 
 
 async def eventually(check: Callable[[], Awaitable[Any]], what: str) -> Any:

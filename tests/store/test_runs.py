@@ -9,7 +9,6 @@ still names the run that ended; tenants never see each other's entries.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
 
 import anyio
 import pytest
@@ -24,7 +23,6 @@ from gateway.store.interfaces import Backend, LatestRun, RunIndex
 from gateway.store.memory import MemoryStore, memory_backend
 from gateway.store.redis import RedisRuns
 from tests.agui.runs import NESTED, RUN, THREAD
-from tests.support.backends import open_backend
 
 pytestmark = pytest.mark.anyio
 
@@ -39,16 +37,6 @@ class _AnyTime(float):
 
 
 ANY_TIME = _AnyTime()
-
-
-@pytest.fixture
-async def store(node_redis: tuple[str | None, str]) -> AsyncIterator[Backend]:
-    url, prefix = node_redis
-    backend = open_backend(url, prefix)
-    try:
-        yield backend
-    finally:
-        await backend.aclose()
 
 
 def index(backend: Backend) -> RunIndex:
