@@ -27,6 +27,7 @@ from gateway.http.route_context import RouteContext
 from gateway.http.router import Router
 from gateway.http.routes import INTERNAL_ROUTES, client_routes
 from gateway.inbox_consumer import INBOXES, Inbox
+from gateway.lease_sweep import LeaseSweep
 from gateway.limits import (
     LIMIT_CONNECTIONS,
     LIMIT_TENANT_CONNECTIONS,
@@ -215,7 +216,10 @@ async def running(
         agui_strict=settings.agui_strict,
         activity=activity,
         runs=backend.runs,
+        lease_seconds=settings.run_lease_seconds,
     )
+    # Every node sweeps the live runs whose lease ran out.
+    sweep = None if backend.runs is None else LeaseSweep(publisher, backend.runs, metrics)
     # One consumer per inbox, when the backend has inboxes.
     inboxes: list[Inbox] = []
     if backend.inbox is not None:
@@ -331,6 +335,8 @@ async def running(
             tg.start_soon(inbox.run)
         if activity is not None:
             tg.start_soon(activity.run)
+        if sweep is not None:
+            tg.start_soon(sweep.run)
         try:
             port = await server.start(settings.host, settings.port)
             internal_port = None

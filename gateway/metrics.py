@@ -122,6 +122,16 @@ class Metrics:
             "Items appended to feeds, by feed kind and entry path (http, inbox, producer).",
             ["kind", "path"],
         )
+        self.runs_ended = LoopCounter(
+            "gateway_runs_ended_total",
+            "Runs ended, by what ended them: their producer's terminal event (producer) "
+            "or their lease running out (lease).",
+            ["by"],
+        )
+        self.live_runs = LoopGauge(
+            "gateway_live_runs",
+            "Live runs in the live-run index: every node's runs, as this node last counted.",
+        )
         self.publish_rejections = LoopCounter(
             "gateway_publish_rejections_total",
             "Publish requests or inbox messages rejected, by error code and path.",

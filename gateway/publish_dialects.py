@@ -60,7 +60,7 @@ from gateway.fanout.foldcache import BLOCK as FOLD_BLOCK
 from gateway.fanout.foldcache import FoldCache
 from gateway.feed import AppendResult, FeedKey, FeedState, NewItem, is_run_part, run_feed
 from gateway.limits import Charge
-from gateway.store.interfaces import FeedStore
+from gateway.store.interfaces import FeedStore, RunLease
 
 log = structlog.get_logger("gateway.publish_dialects")
 
@@ -161,10 +161,14 @@ class DialectRuns:
         run_finished_ttl: float,
         max_states: int = MAX_STATES,
         on_run: Callable[[FeedKey, bool, bool], Awaitable[None]] | None = None,
+        lease_for: Callable[[FeedKey, bool, bool], Awaitable[RunLease | None]] | None = None,
     ) -> None:
         self.feeds = feeds
         #: Told after each append ``(feed, started, ended)``: the latest-run index.
         self.on_run = on_run
+        #: Asked before each append ``(feed, starts, ends)``: what it does to the run's
+        #: lease (a run that starts is indexed as live first).
+        self.lease_for = lease_for
         self.folds = folds
         self.run_retention = run_retention
         self.run_finished_ttl = run_finished_ttl
@@ -498,6 +502,12 @@ class DialectRuns:
         ``head``: else HeadMoved, nothing written (and ``charge`` not taken: the next
         plan's append takes it); RunEnded, nothing written, once the run has ended."""
         expect = Cursor(0, 0) if head is None else head.head_cursor
+        # A run feed that was empty starts with its RUN_STARTED (SparkTide's first
+        # event; A2UI needs a started run and never starts one).
+        starts = head is None or head.head == 0
+        lease = None
+        if self.lease_for is not None:
+            lease = await self.lease_for(feed, starts, terminal)
         result = await self.feeds.append(
             feed,
             new,
@@ -506,13 +516,12 @@ class DialectRuns:
             expect=expect,
             charge=charge,
             ends=terminal,
+            lease=lease,
         )
         if terminal and self.run_finished_ttl > 0:
             await self.feeds.expire(feed, self.run_finished_ttl)
         if self.on_run is not None:
-            # A run feed that was empty starts with its RUN_STARTED (SparkTide's first
-            # event; A2UI needs a started run and never starts one).
-            await self.on_run(feed, head is None or head.head == 0, terminal)
+            await self.on_run(feed, starts, terminal)
         try:
             await self.folds.persist(feed, result.state, self.run_retention)
         except GatewayError as exc:

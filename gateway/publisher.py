@@ -32,9 +32,18 @@ from gateway.feed import (
 from gateway.limits import Charge, PublishRate
 from gateway.metrics import Metrics
 from gateway.publish_dialects import Authorize, DialectRuns
-from gateway.run_lease import agui_ends, agui_starts, batch_ends, stream_ends
+from gateway.run_lease import (
+    DEFAULT_LEASE_SECONDS,
+    agui_ends,
+    agui_starts,
+    batch_ends,
+    lapse_event,
+    lease_ms,
+    requested_lease,
+    stream_ends,
+)
 from gateway.runstream import check_messages, seq_key
-from gateway.store.interfaces import FeedStore, LiveFeed, RunIndex
+from gateway.store.interfaces import RENEWS, FeedStore, Lapse, LiveFeed, RunIndex, RunLease
 from gateway.validate import validate_team_publish
 from gateway.wire.teamitem import team_payload
 
@@ -75,6 +84,7 @@ class Publisher:
         agui_strict: bool = False,
         activity: FeedActivity | None = None,
         runs: RunIndex | None = None,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
     ) -> None:
         self.feeds = feeds
         self.live = live
@@ -90,14 +100,18 @@ class Publisher:
         #: appends (not of run streams, which are not listed).
         self.activity = activity
         #: SparkTide and A2UI into run feeds (one writer per run on this node).
-        #: The latest run of each thread (contract D10), if the backend keeps one.
+        #: The latest run of each thread (contract D10) and the live runs, if the
+        #: backend keeps them (without, runs hold no lease: nothing would find them).
         self.runs = runs
+        #: The lease a run holds unless its producer asks for another.
+        self.lease_seconds = lease_seconds
         self.dialects = DialectRuns(
             feeds,
             folds,
             run_retention=run_retention,
             run_finished_ttl=run_finished_ttl,
             on_run=None if runs is None else self._dialect_run,
+            lease_for=self._run_lease,
         )
 
     async def publish_team_json(
@@ -244,6 +258,7 @@ class Publisher:
         via: Via,
         idempotency_key: str | None = None,
         rate: PublishRate | None = None,
+        lease_seconds: float | None = None,
     ) -> list[Cursor]:
         """Validate AG-UI events (one or an array, D4/D7) and append them, all or nothing.
 
@@ -255,6 +270,10 @@ class Publisher:
         retries are still answered).  A body with events after its end is refused
         whole (RunEnded).  A RUN_STARTED makes the run its thread's latest (``runs``,
         after the append: a step of its own).  ``rate`` as for :meth:`publish_team`.
+
+        A RUN_STARTED starts the run's lease (``lease_seconds``, within
+        gateway.run_lease's bounds, else the node's; InvalidRequest outside them), and
+        every later append renews it (docs/contract.md, "Runs end").
         """
         try:
             charge = _charge(rate, tenant, body)
@@ -279,9 +298,11 @@ class Publisher:
                 raise InvalidRequest("body: JSON nested too deeply") from exc
             types = [e["type"] for e in events]
             ended = batch_ends(agui_ends(types), _where(len(events), isinstance(body, list)))
+            started = agui_starts(types)
             feed = run_feed(tenant, thread_id, run_id)
             if idempotency_key is not None:
                 await self._check_request_key(feed, idempotency_key, len(new))
+            lease = await self._run_lease(feed, started, ended, lease_seconds)
             result = await self.feeds.append(
                 feed,
                 new,
@@ -289,12 +310,14 @@ class Publisher:
                 align=FOLD_BLOCK,
                 charge=charge,
                 ends=ended,
+                lease=lease,
             )
             if self.run_finished_ttl > 0 and ended:
                 await self.feeds.expire(feed, self.run_finished_ttl)
             if self.runs is not None:
-                started = agui_starts(types)
                 await self._index_run(tenant, thread_id, run_id, started=started, ended=ended)
+                if ended:
+                    await self._run_ended(feed, tracked=not started)
             try:
                 await self.folds.persist(feed, result.state, self.run_retention)
             except GatewayError as exc:
@@ -311,6 +334,84 @@ class Publisher:
     async def _dialect_run(self, feed: FeedKey, started: bool, ended: bool) -> None:
         thread_id, run_id = feed.id.split("/", 1)
         await self._index_run(feed.tenant, thread_id, run_id, started=started, ended=ended)
+        if ended:
+            await self._run_ended(feed, tracked=not started)
+
+    async def _run_lease(
+        self, feed: FeedKey, starts: bool, ends: bool, seconds: float | None = None
+    ) -> RunLease | None:
+        """What an append to the run feed does to its run's lease (None: nothing, for a
+        batch that ends the run: the end ends the lease).  A batch that starts the run
+        first adds it to the live-run index, so that a live run is never missing from
+        it, even when this node stops right after the append (an entry whose append
+        failed is dropped when due).  ``seconds``: the lease the producer asks for.
+        Raises InvalidRequest (``seconds`` out of bounds) or Unavailable."""
+        length = lease_ms(requested_lease(seconds, self.lease_seconds))
+        if ends or self.runs is None:
+            return None
+        if not starts:
+            return RENEWS
+        now = int(time.time() * 1000)
+        await self.runs.track(feed, now, now + length)
+        return RunLease(True, length)
+
+    async def _run_ended(self, feed: FeedKey, *, tracked: bool) -> None:
+        """Its producer ended the run: drop it from the live-run index and count it
+        (once: a retried end finds it dropped; ``tracked`` False for a run started in
+        the same batch, never indexed)."""
+        assert self.runs is not None
+        try:
+            dropped = await self.runs.untrack([feed])
+        except GatewayError as exc:
+            # Ended all the same; the sweep drops the entry when it comes due.
+            log.warning("dropping an ended run from the live-run index failed", error=exc.message)
+            dropped = 0
+        if dropped or not tracked:
+            self.metrics.runs_ended.labels(by="producer").inc()
+
+    async def heartbeat(self, tenant: str, thread_id: str, run_id: str) -> bool:
+        """Renew the lease of a live run without publishing (docs/contract.md, "Runs
+        end"): False when the run is not live (never started, ended, no such run).
+        Raises InvalidRequest (bad ids) or Unavailable."""
+        if not is_run_part(thread_id) or not is_run_part(run_id):
+            raise InvalidRequest("thread_id and run_id must match ^[A-Za-z0-9_.-]{1,128}$")
+        return await self.feeds.renew(run_feed(tenant, thread_id, run_id)) is not None
+
+    async def lapse(self, feed: FeedKey) -> Lapse:
+        """End the run ``feed`` holds if its lease ran out (the lease sweep): one
+        ``RUN_ERROR`` with the code ``producer_lost``, appended atomically with the
+        check however many nodes try at once, then what follows any run's end (the
+        grace period, the latest-run index, the fold).  Keeps the live-run index: a
+        run still live is due again at its deadline, a run no longer live leaves it.
+        Raises Unavailable."""
+        assert self.runs is not None
+        end = NewItem(None, lapse_event(int(time.time() * 1000)))
+        outcome = await self.feeds.lapse(feed, end, retention=self.run_retention, align=FOLD_BLOCK)
+        if outcome.live is not None:
+            await self.runs.postpone(feed, outcome.live.deadline_ms)
+            return outcome
+        await self.runs.untrack([feed])
+        if outcome.ended is None:
+            return outcome
+        self.metrics.runs_ended.labels(by="lease").inc()
+        thread_id, run_id = feed.id.split("/", 1)
+        log.warning(
+            "run ended: its lease ran out",
+            tenant=feed.tenant,
+            thread_id=thread_id,
+            run_id=run_id,
+            end=str(outcome.ended.cursors[-1]),
+        )
+        if self.run_finished_ttl > 0:
+            await self.feeds.expire(feed, self.run_finished_ttl)
+        await self._index_run(feed.tenant, thread_id, run_id, started=False, ended=True)
+        try:
+            await self.folds.persist(feed, outcome.ended.state, self.run_retention)
+        except GatewayError as exc:
+            log.warning("keeping a run's fold failed", error=exc.message)
+        if self.activity is not None:
+            await self.activity.record(feed)
+        return outcome
 
     async def _index_run(
         self, tenant: str, thread_id: str, run_id: str, *, started: bool, ended: bool

@@ -25,7 +25,12 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Final
 
+import msgspec
+
 from gateway.errors import InvalidRequest, RunEnded
+
+#: The ``code`` of the end a run gets when its lease runs out.
+PRODUCER_LOST: Final = "producer_lost"
 
 #: The AG-UI event that starts a run, and those that end it.
 AGUI_START: Final = "RUN_STARTED"
@@ -115,3 +120,24 @@ def stream_starts(head: int, kinds: Iterable[object]) -> bool:
     """Whether threads run stream messages start their run: a committed event appended
     to a stream that held none (``head`` 0: no feed, or an empty one)."""
     return head == 0 and any(k == "event" for k in kinds)
+
+
+def lease_ms(seconds: float) -> int:
+    """A lease of ``seconds`` in whole milliseconds (rounded up)."""
+    return math.ceil(seconds * 1000)
+
+
+def lapse_event(now_ms: int) -> bytes:
+    """The AG-UI event that ends a run whose lease ran out: ``RUN_ERROR`` with the code
+    :data:`PRODUCER_LOST`, stamped ``now_ms`` (every dialect renders it as its end)."""
+    return msgspec.json.encode(
+        {
+            "type": "RUN_ERROR",
+            "message": (
+                "the run's producer was lost: no publish or heartbeat renewed the run's "
+                "lease before it ran out"
+            ),
+            "code": PRODUCER_LOST,
+            "timestamp": now_ms,
+        }
+    )

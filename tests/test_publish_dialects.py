@@ -19,6 +19,7 @@ from gateway.fanout.foldcache import FoldCache
 from gateway.feed import AppendResult, FeedKey, NewItem, run_feed
 from gateway.limits import Charge
 from gateway.publish_dialects import REPLANS, DialectRuns, RunLocks
+from gateway.store.interfaces import RunLease
 from gateway.store.memory import MemoryStore
 from tests.dialects.a2ui_runs import create, data
 from tests.dialects.sparktide_runs import CONVERSATION, EVERYTHING, RUN, event
@@ -53,6 +54,7 @@ class CountingStore(MemoryStore):
         expect: Cursor | None = None,
         charge: Charge | None = None,
         ends: bool = False,
+        lease: RunLease | None = None,
     ) -> AppendResult:
         if self.cut_in:
             other = self.cut_in if self.always else self.cut_in[:]
@@ -60,7 +62,14 @@ class CountingStore(MemoryStore):
                 self.cut_in = []
             await super().append(feed, other, retention=retention, align=align)
         return await super().append(
-            feed, items, retention=retention, align=align, expect=expect, charge=charge, ends=ends
+            feed,
+            items,
+            retention=retention,
+            align=align,
+            expect=expect,
+            charge=charge,
+            ends=ends,
+            lease=lease,
         )
 
 

@@ -109,6 +109,7 @@ class FeedStore(abc.ABC):
         expect: Cursor | None = None,
         charge: Charge | None = None,
         ends: bool = False,
+        lease: RunLease | None = None,
     ) -> AppendResult:
         """Append ``items`` in order as one atomic step; see the module docstring.
 
@@ -132,7 +133,13 @@ class FeedStore(abc.ABC):
         the step records the end with the items.  Once a feed's current epoch holds
         an end, a batch with any new item is refused (RunEnded, nothing written); a
         batch of exact retries is still answered with its first cursors (the retries
-        are recognised before the end is checked).
+        are recognised before the end is checked).  An end also ends the run's lease.
+
+        With ``lease`` (a run feed's batch that does not end it) the step keeps the
+        run's lease in the same step (docs/contract.md, "Runs end"): a batch that
+        starts the run (``lease.starts``) gives it a lease of ``lease.ms`` from the
+        store's clock now; any other batch with a new item renews the lease the run
+        holds (to now plus its length), and does nothing to a run that never started.
 
         Raises IdempotencyKeyReused (message names the item index), HeadMoved,
         RunEnded, RateLimited or Unavailable.
@@ -205,6 +212,31 @@ class FeedStore(abc.ABC):
 
         Until then it is served as usual; afterwards it does not exist (404) until
         something is published to it again, in a new epoch (D1).
+        """
+
+    @abc.abstractmethod
+    async def lease(self, feed: FeedKey) -> Lease | None:
+        """The lease of the live run ``feed`` holds (None: no live run there: it never
+        started, it ended, or the feed does not exist).  Raises Unavailable."""
+
+    @abc.abstractmethod
+    async def renew(self, feed: FeedKey) -> Lease | None:
+        """Renew the lease of the live run ``feed`` holds without appending (a
+        heartbeat): its deadline moves to the store's clock now plus its length.  The
+        lease as renewed, or None when there is no live run.  Raises Unavailable."""
+
+    @abc.abstractmethod
+    async def lapse(self, feed: FeedKey, end: NewItem, *, retention: int, align: int = 0) -> Lapse:
+        """End the live run ``feed`` holds with ``end`` if its lease has run out, in one
+        atomic step with the check, as an append with ``ends`` would (the end is
+        recorded; retention as for :meth:`append`).
+
+        However many callers race, and whatever they last saw of the feed, one end
+        is appended: a caller that comes after finds no live run.  Returns what the
+        step found: ``Lapse(ended=...)`` when it appended ``end`` now,
+        ``Lapse(live=...)`` when the lease has not run out (renewed meanwhile), and
+        ``Lapse()`` when there is no live run (ended by its producer or by another
+        caller, never started, or no feed).  Raises Unavailable.
         """
 
 
@@ -323,6 +355,44 @@ class FoldStore(abc.ABC):
         """The blob :meth:`save_fold` kept for ``at``, if any."""
 
 
+class RunLease(NamedTuple):
+    """What an append to a run feed does to the run's lease: ``starts`` when the batch
+    starts the run, which then holds a lease of ``ms``; otherwise the batch renews the
+    lease the run holds (``ms`` unused: the run keeps the length it started with)."""
+
+    starts: bool
+    ms: int = 0
+
+
+#: An append that renews its run's lease.
+RENEWS = RunLease(False)
+
+
+class Lease(msgspec.Struct, frozen=True):
+    """A live run's lease as its feed records it, in wall-clock milliseconds of the
+    store's clock: when the run started, when the lease was last renewed (its last
+    publish or heartbeat) and when it runs out."""
+
+    started_ms: int
+    renewed_ms: int
+    deadline_ms: int
+
+
+class Lapse(NamedTuple):
+    """What :meth:`FeedStore.lapse` found: the run ended now (``ended``), is still live
+    (``live``), or neither (no live run)."""
+
+    ended: AppendResult | None = None
+    live: Lease | None = None
+
+
+class LiveRun(NamedTuple):
+    """An entry of the live-run index: the run feed and when its run started (ms)."""
+
+    feed: FeedKey
+    started_ms: int
+
+
 class LatestRun(msgspec.Struct, frozen=True):
     """A thread's latest run: its id and when its RUN_STARTED was recorded (wall clock, s)."""
 
@@ -331,7 +401,10 @@ class LatestRun(msgspec.Struct, frozen=True):
 
 
 class RunIndex(abc.ABC):
-    """Which run of a thread is the latest (the AI SDK reconnect route, contract D10).
+    """The run indexes: which run of a thread is the latest (the AI SDK reconnect route,
+    contract D10), and which runs are live (the lease sweep and ``GET /v1/runs``).
+
+    The latest-run index:
 
     Keys are per tenant and thread; one entry per thread (the latest run replaces the
     previous one).  An entry lives as long as its run feed: no expiry while the run is
@@ -353,6 +426,39 @@ class RunIndex(abc.ABC):
     async def expire_run(self, tenant: str, thread_id: str, run_id: str, seconds: float) -> None:
         """Forget the entry ``seconds`` from now, if it still names ``run_id`` (its run
         ended; a later run's entry is left alone)."""
+
+    # The live-run index.  An entry names a run feed that may hold a live run: entries
+    # are added before the run's start is appended and removed after its end, so every
+    # live run has one; the feed's own lease (FeedStore.lease) is the truth, and an
+    # entry whose feed holds no live run is dropped by whoever finds it.  Each entry
+    # also carries a deadline no later than the lease's, by which it is found when due.
+
+    @abc.abstractmethod
+    async def track(self, feed: FeedKey, started_ms: int, deadline_ms: int) -> None:
+        """Add the run feed to the live-run index, due at ``deadline_ms``."""
+
+    @abc.abstractmethod
+    async def untrack(self, feeds: Sequence[FeedKey]) -> int:
+        """Drop the run feeds from the live-run index (their runs ended); how many of
+        them it held."""
+
+    @abc.abstractmethod
+    async def due(self, now_ms: int, limit: int) -> list[FeedKey]:
+        """Up to ``limit`` indexed run feeds due at ``now_ms`` (earliest first)."""
+
+    @abc.abstractmethod
+    async def postpone(self, feed: FeedKey, deadline_ms: int) -> None:
+        """Make an indexed run feed due at ``deadline_ms`` (its lease was renewed); a
+        feed no longer indexed stays out."""
+
+    @abc.abstractmethod
+    async def live_page(self, tenant: str, *, before: LiveRun | None, limit: int) -> list[LiveRun]:
+        """Up to ``limit`` of the tenant's indexed run feeds, latest started first (ties
+        by feed id, descending), starting after ``before`` in that order."""
+
+    @abc.abstractmethod
+    async def live_count(self) -> int:
+        """How many run feeds the index holds (every tenant)."""
 
 
 class InboxMessage(msgspec.Struct, frozen=True):

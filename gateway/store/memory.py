@@ -28,10 +28,14 @@ from gateway.store.interfaces import (
     FeedStore,
     FoldStore,
     IndexEntry,
+    Lapse,
     LatestRun,
+    Lease,
     LiveFeed,
+    LiveRun,
     LiveSink,
     RunIndex,
+    RunLease,
     epoch_floor,
     push,
 )
@@ -39,7 +43,18 @@ from gateway.store.last_seen import chain_next
 
 
 class _Feed:
-    __slots__ = ("chain", "ended", "epoch", "head", "host", "items", "keys")
+    __slots__ = (
+        "chain",
+        "deadline_ms",
+        "ended",
+        "epoch",
+        "head",
+        "host",
+        "items",
+        "keys",
+        "lease_ms",
+        "started_ms",
+    )
 
     def __init__(self, epoch: int) -> None:
         self.epoch = epoch
@@ -51,6 +66,16 @@ class _Feed:
         self.keys: dict[str, int] = {}
         #: The run's terminal event is appended (an append with ``ends``).
         self.ended = False
+        #: A live run's lease (wall-clock ms): when it started, its length, its
+        #: deadline (None: no live run, or it ended).
+        self.started_ms = 0
+        self.lease_ms = 0
+        self.deadline_ms: int | None = None
+
+    def lease(self) -> Lease | None:
+        if self.deadline_ms is None or self.ended:
+            return None
+        return Lease(self.started_ms, self.deadline_ms - self.lease_ms, self.deadline_ms)
 
     def state(self) -> FeedState:
         first = self.items[0][0].offset if self.items else self.head + 1
@@ -99,6 +124,8 @@ class MemoryStore(FeedStore, LiveFeed, FoldStore, RunIndex):
         self._last_epoch = 0
         #: Latest run per (tenant, thread), with the monotonic time it expires at.
         self._runs: OrderedDict[tuple[str, str], tuple[LatestRun, float | None]] = OrderedDict()
+        #: The live-run index: run feed -> (started, due) in wall-clock ms.
+        self._live: dict[FeedKey, tuple[int, int]] = {}
 
     def _get(self, feed: FeedKey) -> _Feed | None:
         deadline = self._expiry.get(feed)
@@ -184,6 +211,7 @@ class MemoryStore(FeedStore, LiveFeed, FoldStore, RunIndex):
         expect: Cursor | None = None,
         charge: Charge | None = None,
         ends: bool = False,
+        lease: RunLease | None = None,
     ) -> AppendResult:
         f = self._get(feed)
         new_epoch = f is None
@@ -244,6 +272,14 @@ class MemoryStore(FeedStore, LiveFeed, FoldStore, RunIndex):
             cursors.append(stored.cursor)
         if ends and any(e is None for e in planned):
             f.ended = True
+            f.deadline_ms = None
+        elif lease is not None and any(e is None for e in planned):
+            now_ms = int(now * 1000)
+            if lease.starts:
+                f.started_ms, f.lease_ms = now_ms, lease.ms
+                f.deadline_ms = now_ms + lease.ms
+            elif f.deadline_ms is not None:
+                f.deadline_ms = now_ms + f.lease_ms
         excess = len(f.items) - retention
         if excess > 0 and align > 0:
             before = f.items[0][0].offset - 1
@@ -261,6 +297,29 @@ class MemoryStore(FeedStore, LiveFeed, FoldStore, RunIndex):
     async def state(self, feed: FeedKey) -> FeedState | None:
         f = self._get(feed)
         return None if f is None else f.state()
+
+    async def lease(self, feed: FeedKey) -> Lease | None:
+        f = self._get(feed)
+        return None if f is None else f.lease()
+
+    async def renew(self, feed: FeedKey) -> Lease | None:
+        f = self._get(feed)
+        if f is None or f.lease() is None:
+            return None
+        f.deadline_ms = int(time.time() * 1000) + f.lease_ms
+        return f.lease()
+
+    async def lapse(self, feed: FeedKey, end: NewItem, *, retention: int, align: int = 0) -> Lapse:
+        # No await between the check and the append (append has none): one step.
+        f = self._get(feed)
+        lease = None if f is None else f.lease()
+        if lease is None:
+            return Lapse()
+        if lease.deadline_ms > int(time.time() * 1000):
+            return Lapse(live=lease)
+        return Lapse(
+            ended=await self.append(feed, [end], retention=retention, align=align, ends=True)
+        )
 
     async def read(self, feed: FeedKey, after: Cursor, limit: int) -> list[StoredItem]:
         f = self._get(feed)
@@ -359,6 +418,42 @@ class MemoryStore(FeedStore, LiveFeed, FoldStore, RunIndex):
         entry = self._runs.get((tenant, thread_id))
         if entry is not None and entry[0].run_id == run_id:
             self._runs[(tenant, thread_id)] = (entry[0], time.monotonic() + seconds)
+
+    async def track(self, feed: FeedKey, started_ms: int, deadline_ms: int) -> None:
+        self._live[feed] = (started_ms, deadline_ms)
+
+    async def untrack(self, feeds: Sequence[FeedKey]) -> int:
+        return sum(self._live.pop(feed, None) is not None for feed in feeds)
+
+    async def due(self, now_ms: int, limit: int) -> list[FeedKey]:
+        found = sorted((due, feed) for feed, (_, due) in self._live.items() if due <= now_ms)
+        return [feed for _, feed in found[: max(0, limit)]]
+
+    async def postpone(self, feed: FeedKey, deadline_ms: int) -> None:
+        entry = self._live.get(feed)
+        if entry is not None:
+            self._live[feed] = (entry[0], deadline_ms)
+
+    async def live_page(self, tenant: str, *, before: LiveRun | None, limit: int) -> list[LiveRun]:
+        ordered = sorted(
+            (
+                LiveRun(feed, started)
+                for feed, (started, _) in self._live.items()
+                if feed.tenant == tenant
+            ),
+            key=lambda run: (run.started_ms, run.feed.id),
+            reverse=True,
+        )
+        if before is not None:
+            ordered = [
+                run
+                for run in ordered
+                if (run.started_ms, run.feed.id) < (before.started_ms, before.feed.id)
+            ]
+        return ordered[: max(0, limit)]
+
+    async def live_count(self) -> int:
+        return len(self._live)
 
     def drop(self, feed: FeedKey) -> None:
         """Forget a feed entirely, as a Redis data loss would (for tests and operators)."""

@@ -300,9 +300,11 @@ async def test_a_wrong_password_says_so_once_and_recovers(tmp_path: Path, server
             unready = [w for w in warnings if w["event"] == "not ready"]
             assert len(unready) == 1, warnings
             assert unready[0]["cause"].startswith("redis unavailable during ping: ")
-            for w in [*inboxes, *unready]:
+            sweep = [w for w in warnings if w["event"] == "sweeping run leases failed"]
+            assert len(sweep) == 1, warnings
+            for w in [*inboxes, *unready, *sweep]:
                 assert "AuthenticationError: WRONGPASS invalid username-password pair" in str(w)
-            assert len(warnings) == len(inboxes) + len(unready), warnings
+            assert len(warnings) == len(inboxes) + len(unready) + len(sweep), warnings
             text = a.log.read_text()
             assert "Traceback" not in text and "exception" not in text
             # The password given, the node recovers by itself.
@@ -318,6 +320,14 @@ async def test_a_wrong_password_says_so_once_and_recovers(tmp_path: Path, server
                 what="every inbox loop's recovery logged",
             )
             assert [line["event"] for line in log_lines(a)].count("ready again") == 1
+            await until(
+                lambda: any(
+                    line["event"] == "sweeping run leases failed: recovered"
+                    for line in log_lines(a)
+                ),
+                within=15,
+                what="the lease sweep's recovery logged",
+            )
             url = f"redis://gw:{RIGHT}@127.0.0.1:{srv.port}/0"
             async with start_node(url, "gwpass", node_id="b") as b:
                 await roundtrip(a.url, b.url)

@@ -176,7 +176,9 @@ async def test_without_a_grace_period_the_entry_lives_with_the_feed(store: Backe
     assert await expiry(store, "acme", THREAD) is None
 
 
-class BrokenIndex(RunIndex):
+class BrokenIndex(MemoryStore):
+    """A latest-run index that fails (its live-run index works)."""
+
     async def record_run(self, tenant: str, thread_id: str, run_id: str, at: float) -> None:
         raise Unavailable("redis unavailable during record_run")
 

@@ -10,8 +10,12 @@
 --       A feed deleted on purpose (a finished run whose grace period ended) keeps its
 --       meta hash, with the field "gone", for a while after its stream expired.
 --       A run feed whose end was appended holds the field "end": the epoch it ended in.
--- ARGV: 1 mode ("append" | "end" | "check" | "recreate"; "end": an append whose batch
---         ends the run, so the feed records its end), 2 retention, 3 known epoch (0: none),
+--       A live run's feed holds its lease: "rs" when the run started, "rl" the lease's
+--       length, "rd" its deadline (ms, this server's clock); "rd" goes with the end.
+-- ARGV: 1 mode ("append" | "end" | "check" | "recreate" | "renew" | "lapse"; "end": an
+--         append whose batch ends the run, so the feed records its end; "renew": a
+--         heartbeat, no items: a live run's deadline moves on; "lapse": an end appended
+--         only if the run is live and its lease has run out), 2 retention, 3 known epoch (0: none),
 --       4 known offset, 5 known chain, 6 item count n, 7 trim alignment ("" or 0:
 --       none; A: trim only so that the first retained offset - 1 is a multiple of A),
 --       8 the writer's identity (the server the node reached: "" for none; "@cluster":
@@ -20,14 +24,17 @@
 --       10 the publish command ("PUBLISH", or "SPUBLISH" on a cluster),
 --       11 the head the append expects ("" for any; "<epoch>:<head>", "0:0" for no feed):
 --          elsewhere, a batch with new items returns {"moved"} and writes nothing,
---       then per item (from ARGV[12]): key ("" for none), data, host-opening flag;
+--       12 the run's lease ("" for none: not a run, or an end; "r": a batch with new
+--          items renews the lease of a live run; "s<ms>": the batch starts the run,
+--          which holds a lease of <ms>),
+--       then per item (from ARGV[13]): key ("" for none), data, host-opening flag;
 --       then, with KEYS[4], the rate (tokens a second), the burst and the request's
 --       item count: a batch with new items takes that many tokens from the bucket or
 --       returns {"limited", tokens the bucket held} and writes nothing; a batch of
 --       retries only takes nothing;
 --       in check mode instead, optionally, a history page to read with the state:
---       ARGV[12] where it starts ("*": the first retained item; "<epoch>:<offset>":
---       after that offset, if that is the current epoch) and ARGV[13] its item count.
+--       ARGV[13] where it starts ("*": the first retained item; "<epoch>:<offset>":
+--       after that offset, if that is the current epoch) and ARGV[14] its item count.
 --
 -- Trust: a feed whose metadata names another writer identity than this call's was
 -- last written on another server (a promoted replica, a move to another server): its
@@ -59,6 +66,9 @@
 -- items; nothing was written), "limited" (see ARGV above) or "absent" (check mode on a feed that does not
 -- exist; "gone" when it was deleted on purpose); reason is "" or why the feed moved to a new epoch in this call (missing,
 -- rollback, moved), and the previous epoch and head are what the store held before.
+-- "renew" returns {"ok", started, renewed, deadline} or {"absent"} (no live run);
+-- "lapse" the append's reply when it ended the run, {"live", started, renewed,
+-- deadline} when the lease has not run out, {"absent"} when there is no live run.
 
 local M, S, I = KEYS[1], KEYS[2], KEYS[3]
 local mode = ARGV[1]
@@ -72,18 +82,47 @@ if cluster then ident = redis.call('CLUSTER', 'MYID') end
 local tombstone_ms = tonumber(ARGV[9]) or 0
 local publish = ARGV[10]
 local expect = ARGV[11]
-local ITEMS = 12
+local lease = ARGV[12]
+local ITEMS = 13
 
 local function fmt(x) return string.format('%d', x) end
 
-local meta = redis.call('HMGET', M, 'epoch', 'head', 'chain', 'host', 'w', 't', 'gone', 'end')
+local meta = redis.call('HMGET', M, 'epoch', 'head', 'chain', 'host', 'w', 't', 'gone', 'end',
+                        'rs', 'rl', 'rd')
 local epoch, head, chain, host = tonumber(meta[1]), tonumber(meta[2]), meta[3], meta[4]
 local writer, tomb = meta[5], meta[6]
 local ended_in = tonumber(meta[8])
+local run_started, run_lease, run_deadline = meta[9], tonumber(meta[10]), tonumber(meta[11])
 local prev_epoch, prev_head = epoch or 0, head or 0
 -- Deleted on purpose: the expiry set the "gone" field and its stream has expired.
 local gone = meta[7] and redis.call('EXISTS', S) == 0
 if gone then head, chain, host = 0, '', false end
+
+-- The server's clock, read once: the append time of the items and the lease's base.
+local now_s, now_us
+local function now_ms()
+  if not now_s then
+    local t = redis.call('TIME')
+    now_s, now_us = tonumber(t[1]), tonumber(t[2])
+  end
+  return now_s * 1000 + math.floor(now_us / 1000)
+end
+
+-- A live run: started, its lease not ended by its end (in this epoch or any).
+local live = run_deadline and run_lease and not gone and epoch and ended_in ~= epoch
+if mode == 'renew' then
+  if not live then return {'absent'} end
+  local now = now_ms()
+  redis.call('HSET', M, 'rd', fmt(now + run_lease))
+  return {'ok', run_started, fmt(now), fmt(now + run_lease)}
+end
+if mode == 'lapse' then
+  if not live then return {'absent'} end
+  if run_deadline > now_ms() then
+    return {'live', run_started, fmt(run_deadline - run_lease), fmt(run_deadline)}
+  end
+  mode = 'end'  -- the lease ran out: append the end, as the producer's end would be
+end
 
 local function entry(off)
   local id = fmt(epoch) .. '-' .. fmt(off)
@@ -177,8 +216,8 @@ local function sign()
 end
 
 local function clock()
-  local t = redis.call('TIME')
-  return t[1] .. '.' .. string.format('%06d', tonumber(t[2]))
+  now_ms()
+  return fmt(now_s) .. '.' .. string.format('%06d', now_us)
 end
 
 local function announce(items, stamp, before)
@@ -221,7 +260,7 @@ if mode == 'check' or mode == 'recreate' then
   if reason ~= '' then new_epoch() end
   sign()
   local out = result('ok', {})
-  local page = ARGV[12]
+  local page = ARGV[13]
   if mode == 'check' and reason == '' and page and page ~= '' then
     -- The join's first history page, read with its state (one round trip): appended
     -- as the 12th element, the entries as XRANGE gives them.
@@ -234,7 +273,7 @@ if mode == 'check' or mode == 'recreate' then
     end
     if start then
       out[#out + 1] = redis.call('XRANGE', S, start, fmt(epoch) .. '-18446744073709551615',
-                                 'COUNT', tonumber(ARGV[13]))
+                                 'COUNT', tonumber(ARGV[14]))
     end
   end
   return out
@@ -321,6 +360,13 @@ end
 if #new > 0 then
   if mode == 'end' then
     redis.call('HSET', M, 'head', fmt(head), 'chain', chain, 'end', fmt(epoch))
+    if run_deadline then redis.call('HDEL', M, 'rd') end
+  elseif lease == 'r' and run_deadline and run_lease then
+    redis.call('HSET', M, 'head', fmt(head), 'chain', chain, 'rd', fmt(now_ms() + run_lease))
+  elseif string.sub(lease, 1, 1) == 's' then
+    local length = tonumber(string.sub(lease, 2))
+    redis.call('HSET', M, 'head', fmt(head), 'chain', chain, 'rs', fmt(now_ms()),
+               'rl', fmt(length), 'rd', fmt(now_ms() + length))
   else
     redis.call('HSET', M, 'head', fmt(head), 'chain', chain)
   end

@@ -21,7 +21,15 @@ from gateway.cursor import Cursor
 from gateway.errors import GatewayError, HeadMoved, IdempotencyKeyReused, RunEnded, Unavailable
 from gateway.feed import AppendResult, FeedKey, FeedState, NewItem, StoredItem
 from gateway.limits import Charge
-from gateway.store.interfaces import Batch, FeedStore, Joined, history_start
+from gateway.store.interfaces import (
+    Batch,
+    FeedStore,
+    Joined,
+    Lapse,
+    Lease,
+    RunLease,
+    history_start,
+)
 from gateway.store.redis.connection import RedisConnection
 
 log = structlog.get_logger("gateway.store")
@@ -45,6 +53,17 @@ def stored_item(entry_id: bytes, fields: dict[bytes, bytes]) -> StoredItem:
 def _fields(flat: list[bytes]) -> dict[bytes, bytes]:
     """An entry's fields as a script gets them from XRANGE (``[name, value, ...]``)."""
     return dict(zip(flat[::2], flat[1::2], strict=True))
+
+
+def _lease_arg(lease: RunLease | None) -> str:
+    """A lease as ``feed.lua``'s ARGV[12]: "" none, "r" renew, "s<ms>" start."""
+    if lease is None:
+        return ""
+    return f"s{lease.ms}" if lease.starts else "r"
+
+
+def _lease(started: bytes | None, renewed_ms: int, deadline: bytes) -> Lease:
+    return Lease(int(started or renewed_ms), renewed_ms, int(deadline))
 
 
 class RedisFeeds(FeedStore):
@@ -129,11 +148,13 @@ class RedisFeeds(FeedStore):
         page: tuple[str, int] | None = None,
         charge: Charge | None = None,
         ends: bool = False,
+        lease: RunLease | None = None,
     ) -> list[Any]:
         """The append step's ARGV (see ``feed.lua``); ``page`` (check mode): where the
         history page read with the state starts, and its item count; ``charge``: the
         publish rate's arguments, after the items; ``ends``: the append's batch ends
-        the run (mode ``end``, which records it)."""
+        the run (mode ``end``, which records it); ``lease``: what the batch does to
+        its run's lease (an end ends it)."""
         known_epoch, known_offset, known_chain = self.known.split(feed)
         args: list[Any] = [
             "end" if ends and mode == "append" else mode,
@@ -147,6 +168,7 @@ class RedisFeeds(FeedStore):
             self.tombstone_ms,
             self._publish,
             "" if expect is None else str(expect),
+            _lease_arg(lease) if not ends else "",
         ]
         for item in items:
             args += [item.key or "", item.data, "1" if item.host_opening else "0"]
@@ -167,14 +189,17 @@ class RedisFeeds(FeedStore):
         page: tuple[str, int] | None = None,
         charge: Charge | None = None,
         ends: bool = False,
+        lease: RunLease | None = None,
     ) -> Any:
-        args = self._args(feed, mode, retention, items, align, expect, page, charge, ends)
+        args = self._args(feed, mode, retention, items, align, expect, page, charge, ends, lease)
         keys = self._script_keys(feed)
         if charge is not None:
             keys.append(self.rate_key(charge.tenant))
         if self.conn.cluster:
             await self.conn.topology()  # learnt once, single-flight (see there)
-        if mode == "append" and self._pipelined:
+        # A lapse appends (a run's end) like an append: acknowledged by as many replicas.
+        appends = mode == "append" or mode == "lapse"
+        if appends and self._pipelined:
             # Bounded by the connection itself (its write timer): no cancel scope per call.
             started = time.perf_counter()
             try:
@@ -185,13 +210,13 @@ class RedisFeeds(FeedStore):
             if isinstance(reply, Unavailable):
                 raise reply
             return reply
-        if self._batcher is not None and (mode != "append" or not self.min_replicas):
+        if self._batcher is not None and (not appends or not self.min_replicas):
             reply = await self._batcher.submit((keys, args))
             if isinstance(reply, Unavailable):
                 raise reply
             return reply
-        metric = "append" if mode == "append" else "state"
-        if mode != "append" or not self.min_replicas:
+        metric = "append" if appends else "state"
+        if not appends or not self.min_replicas:
             return await self._redis.call(
                 mode, lambda _: self._script(keys=keys, args=args), metric=metric
             )
@@ -278,13 +303,14 @@ class RedisFeeds(FeedStore):
         expect: Cursor | None = None,
         charge: Charge | None = None,
         ends: bool = False,
+        lease: RunLease | None = None,
     ) -> AppendResult:
         if charge is not None and self.conn.cluster:
             return await self._append_charged(
-                feed, items, retention, align, expect, charge, ends=ends
+                feed, items, retention, align, expect, charge, ends=ends, lease=lease
             )
         reply = await self._run(
-            feed, "append", retention, items, align, expect, charge=charge, ends=ends
+            feed, "append", retention, items, align, expect, charge=charge, ends=ends, lease=lease
         )
         return self._appended(feed, reply, charge)
 
@@ -298,6 +324,7 @@ class RedisFeeds(FeedStore):
         charge: Charge,
         *,
         ends: bool = False,
+        lease: RunLease | None = None,
     ) -> AppendResult:
         """A charged append on a cluster: the tenant's bucket is on its own slot, and a
         script may touch one slot's keys only, so the take is a call of its own before
@@ -305,7 +332,9 @@ class RedisFeeds(FeedStore):
         refused as reused or moved) is given back by another.  An append that failed
         (Unavailable: it may have happened) keeps what it took."""
         await self.take(charge)
-        reply = await self._run(feed, "append", retention, items, align, expect, ends=ends)
+        reply = await self._run(
+            feed, "append", retention, items, align, expect, ends=ends, lease=lease
+        )
         # The refusal is kept and raised after the give-back, not waited on inside its
         # handler (a compiled module must not wait there: CONTRIBUTING.md).
         refused: GatewayError | None = None
@@ -354,7 +383,8 @@ class RedisFeeds(FeedStore):
 
     async def _flush(self, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
         # Timed as an append if the batch holds one, else as the state checks it is.
-        command = "append" if any(args[0] in ("append", "end") for _, args in calls) else "state"
+        writes = ("append", "end", "lapse")
+        command = "append" if any(args[0] in writes for _, args in calls) else "state"
         return await self._redis.run_script("append step", self._script, calls, metric=command)
 
     async def append_many(
@@ -457,6 +487,37 @@ class RedisFeeds(FeedStore):
             self._rotated(feed, reply)
         self.known.reset(feed, state)
         return state
+
+    # -- a run's lease ---------------------------------------------------------------------
+
+    async def lease(self, feed: FeedKey) -> Lease | None:
+        meta = self.keys(feed)[0]
+        fields = ("epoch", "end", "gone", "rs", "rl", "rd")
+        reply = await self._redis.call(
+            "run lease", lambda redis: redis.hmget(meta, fields), metric="state"
+        )
+        epoch, end, gone, started, length, deadline = reply
+        # As feed.lua tells a live run (a "gone" feed's meta outlives its stream only
+        # after its run ended, so "gone" alone says no live run here).
+        if epoch is None or gone is not None or deadline is None or length is None:
+            return None
+        if end is not None and end == epoch:
+            return None
+        return _lease(started, int(deadline) - int(length), deadline)
+
+    async def renew(self, feed: FeedKey) -> Lease | None:
+        reply = await self._run(feed, "renew", 1, ())
+        if reply[0] != b"ok":
+            return None
+        return _lease(reply[1], int(reply[2]), reply[3])
+
+    async def lapse(self, feed: FeedKey, end: NewItem, *, retention: int, align: int = 0) -> Lapse:
+        reply = await self._run(feed, "lapse", retention, (end,), align)
+        if reply[0] == b"absent":
+            return Lapse()
+        if reply[0] == b"live":
+            return Lapse(live=_lease(reply[1], int(reply[2]), reply[3]))
+        return Lapse(ended=self._appended(feed, reply))
 
     async def offset_of(self, feed: FeedKey, key: str) -> int | None:
         idem = self.keys(feed)[2]
