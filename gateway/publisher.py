@@ -235,6 +235,7 @@ class Publisher:
         via: Via,
         idempotency_key: str | None = None,
         rate: PublishRate | None = None,
+        lease_seconds: float | None = None,
     ) -> list[Cursor]:
         """:meth:`publish_run` for a body still in JSON text (HTTP, the inbox)."""
         body = self._decoded(raw, via)
@@ -246,6 +247,7 @@ class Publisher:
             via=via,
             idempotency_key=idempotency_key,
             rate=rate,
+            lease_seconds=lease_seconds,
         )
 
     async def publish_run(

@@ -9,6 +9,7 @@ from gateway.http import (
     feed_listing,
     ops,
     run_feeds,
+    run_listing,
     teams,
     websocket,
 )
@@ -46,6 +47,14 @@ ROUTES: tuple[Route, ...] = (
         FOLLOW_OR_PUBLISH,
         preflight=b"GET",
     ),
+    Route(
+        "run_heartbeat",
+        "/v1/threads/{thread_id}/runs/{run_id}/heartbeat",
+        {"POST": run_feeds.heartbeat},
+        "use POST to renew a live run's lease",
+        preflight=b"POST",
+    ),
+    Route("runs", "/v1/runs", {"GET": run_listing.list_runs}, ONLY_GET, preflight=b"GET"),
     Route(
         "agui_attach",
         "/v1/ui/ag-ui/{agent}",

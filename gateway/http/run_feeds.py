@@ -6,6 +6,8 @@
   unmodified AG-UI ``HttpAgent`` attaches to a run that is already going; ``{agent}``
   is not checked and no run is ever started here.
 - ``GET``/``POST /v1/threads/{thread_id}/runs/{run_id}/events``: the threads run stream.
+- ``POST /v1/threads/{thread_id}/runs/{run_id}/heartbeat`` renews a live run's lease
+  without publishing (204; 404 for no such live run).
 
 A client that joins anywhere but the run's start first gets the prelude (the format's,
 computed by the driver); the AG-UI stream ends after the run's ``RUN_FINISHED`` or
@@ -20,7 +22,7 @@ import msgspec
 from gateway import access
 from gateway.auth import Principal
 from gateway.cursor import Cursor
-from gateway.errors import InvalidRequest, NotFound
+from gateway.errors import Forbidden, InvalidRequest, NotFound
 from gateway.feed import FeedKey, run_events_feed
 from gateway.http import sse
 from gateway.http.publish import send_cursors, start_publish
@@ -97,8 +99,35 @@ async def publish(
         via=Via.HTTP,
         idempotency_key=request.headers.get("idempotency-key"),
         rate=rate,
+        lease_seconds=_lease_seconds(request.query_one("lease_seconds")),
     )
     send_cursors(responder, cursors)
+
+
+def _lease_seconds(raw: str | None) -> float | None:
+    """``?lease_seconds=``: the lease a run that this publish starts asks for (the
+    publisher checks its bounds); InvalidRequest when it is not a number."""
+    if raw is None:
+        return None
+    try:
+        return float(raw) if len(raw) <= 32 else float("nan")
+    except ValueError:
+        raise InvalidRequest("lease_seconds: must be a number of seconds") from None
+
+
+async def heartbeat(
+    context: RouteContext, request: Request, responder: Responder, params: dict[str, str]
+) -> None:
+    """``POST .../heartbeat``: renew a live run's lease (204), or 404 when the run is
+    not live (never started, ended, not the caller's to publish to)."""
+    principal = context.principal(request)
+    if "publish" not in principal.scopes:
+        raise Forbidden("token lacks the publish scope")
+    thread_id, run_id = params["thread_id"], params["run_id"]
+    access.run_for(principal, thread_id, run_id)
+    if not await context.publisher.heartbeat(principal.tenant, thread_id, run_id):
+        raise NotFound("no such live run")
+    responder.send(204, b"", headers=context.cors.headers(request))
 
 
 # -- the threads run stream (D7b) -------------------------------------------------------

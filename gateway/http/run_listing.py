@@ -1,0 +1,174 @@
+"""``GET /v1/runs?state=live``: the caller's live runs (docs/contract.md, "Runs end").
+
+``state=live`` (required: the one state listed), ``limit`` (1 to
+:data:`~gateway.http.feed_listing.MAX_LIMIT`, default
+:data:`~gateway.http.feed_listing.DEFAULT_LIMIT`), ``after`` (the ``next`` of the
+previous page).  The answer is ``{"runs": [{"feed", "thread_id", "run_id",
+"started_ms", "updated_ms", "lease_deadline_ms"}], "next"}``, the latest started first,
+``next`` null on the last page, paged like ``GET /v1/feeds``.  Only runs the token may
+read (:func:`gateway.access.may_read`, its ``threads`` claim) and whose feed holds a live
+run when the request is answered are listed (the live-run index is checked against each
+run's lease); a page looks at no more than
+:data:`~gateway.http.feed_listing.MAX_SCAN` index entries, so it may hold fewer than
+``limit`` runs with a non-null ``next``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+
+import anyio
+import msgspec
+
+from gateway import access
+from gateway.auth import Principal
+from gateway.errors import GatewayError, InvalidRequest, NotFound
+from gateway.feed import FeedKey, FeedKind, is_run_part
+from gateway.http.feed_listing import DEFAULT_LIMIT, MAX_AFTER, MAX_LIMIT, MAX_SCAN, STATE_READS
+from gateway.http.route_context import RouteContext
+from gateway.net.server import Request, Responder
+from gateway.store.interfaces import FeedStore, Lease, LiveRun, RunIndex
+
+NOT_A_POSITION = "after: not a position this route returned"
+
+
+class ListedRun(msgspec.Struct, frozen=True):
+    feed: str
+    thread_id: str
+    run_id: str
+    started_ms: int
+    updated_ms: int
+    lease_deadline_ms: int
+
+
+class RunListing(msgspec.Struct, frozen=True):
+    runs: list[ListedRun]
+    next: str | None
+
+
+def encode_position(run: LiveRun) -> str:
+    raw = f"{run.started_ms}:{run.feed.id}".encode()
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def decode_position(text: str, tenant: str) -> LiveRun:
+    """The position an ``after`` names; InvalidRequest for anything this route did not
+    hand out."""
+    if not 0 < len(text) <= MAX_AFTER:
+        raise InvalidRequest(NOT_A_POSITION)
+    try:
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode("ascii")
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        raise InvalidRequest(NOT_A_POSITION) from None
+    ms, _, feed_id = raw.partition(":")
+    thread, slash, run = feed_id.partition("/")
+    if not (ms.isdigit() and len(ms) <= 16 and slash and is_run_part(thread)):
+        raise InvalidRequest(NOT_A_POSITION)
+    if not is_run_part(run):
+        raise InvalidRequest(NOT_A_POSITION)
+    return LiveRun(FeedKey(tenant, FeedKind.RUN, feed_id), int(ms))
+
+
+def _limit(raw: str | None) -> int:
+    if raw is None:
+        return DEFAULT_LIMIT
+    if not raw.isdigit() or not 1 <= int(raw) <= MAX_LIMIT:
+        raise InvalidRequest(f"limit: must be an integer from 1 to {MAX_LIMIT}")
+    return int(raw)
+
+
+async def list_runs(
+    context: RouteContext, request: Request, responder: Responder, params: dict[str, str]
+) -> None:
+    """``GET /v1/runs``: one page of the caller's live runs."""
+    principal = context.principal(request)
+    principal.require_subscribe()
+    if request.query_one("state") != "live":
+        raise InvalidRequest("state: must be live")
+    limit = _limit(request.query_one("limit"))
+    raw_after = request.query_one("after")
+    after = None if raw_after is None else decode_position(raw_after, principal.tenant)
+    if context.runs is None:
+        raise NotFound("this gateway keeps no live-run index")
+    listing = await list_page(context.runs, context.feeds, principal, limit, after)
+    headers = [(b"cache-control", b"no-store"), *context.cors.headers(request)]
+    responder.send(200, msgspec.json.encode(listing), headers=headers)
+
+
+async def list_page(
+    runs: RunIndex,
+    feeds: FeedStore,
+    principal: Principal,
+    limit: int,
+    after: LiveRun | None,
+) -> RunListing:
+    """Up to ``limit`` live runs after ``after``, and the position to go on from.
+
+    Reads the index in chunks with one entry to spare (so that a full page knows whether
+    more follow), skips what the principal may not read, and reads the lease of the rest:
+    an entry whose run is not live is skipped, not dropped (its run may be starting:
+    entries are added before the start is appended; the sweep drops it when due).
+    """
+    found: list[ListedRun] = []
+    position = after
+    scanned = 0
+    while True:
+        want = min(limit - len(found), MAX_SCAN - scanned)
+        entries = await runs.live_page(principal.tenant, before=position, limit=want + 1)
+        readable = [e.feed for e in entries[:want] if _listable(principal, e.feed)]
+        leases = await _leases(feeds, readable)
+        for entry in entries[:want]:
+            scanned += 1
+            position = entry
+            lease = leases.get(entry.feed)
+            if lease is not None:
+                found.append(_listed(entry.feed, lease))
+        if len(entries) <= want:
+            return RunListing(found, None)  # nothing beyond what was looked at
+        if len(found) >= limit or scanned >= MAX_SCAN:
+            assert position is not None
+            return RunListing(found, encode_position(position))
+
+
+def _listable(principal: Principal, feed: FeedKey) -> bool:
+    thread, slash, run = feed.id.partition("/")
+    return (
+        bool(slash)
+        and is_run_part(thread)
+        and is_run_part(run)
+        and access.may_read(principal, feed)
+    )
+
+
+def _listed(feed: FeedKey, lease: Lease) -> ListedRun:
+    thread_id, _, run_id = feed.id.partition("/")
+    return ListedRun(
+        feed.public_name,
+        thread_id,
+        run_id,
+        lease.started_ms,
+        lease.renewed_ms,
+        lease.deadline_ms,
+    )
+
+
+async def _leases(feeds: FeedStore, keys: list[FeedKey]) -> dict[FeedKey, Lease | None]:
+    """The lease of each run feed, :data:`STATE_READS` at a time; raises the first error."""
+    leases: dict[FeedKey, Lease | None] = {}
+    errors: list[GatewayError] = []
+    limiter = anyio.CapacityLimiter(STATE_READS)
+
+    async def read(key: FeedKey) -> None:
+        async with limiter:
+            try:
+                leases[key] = await feeds.lease(key)
+            except GatewayError as exc:
+                errors.append(exc)
+
+    async with anyio.create_task_group() as tg:
+        for key in keys:
+            tg.start_soon(read, key)
+    if errors:
+        raise errors[0]
+    return leases
