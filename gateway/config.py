@@ -194,7 +194,8 @@ SETTINGS_HELP: dict[str, str] = {
     "run_finished_ttl_seconds": "Seconds a run feed is kept after its RUN_FINISHED or "
     "RUN_ERROR, then deleted (404); 0 keeps it until count retention trims it.",
     "run_lease_seconds": "Seconds a live run's lease lasts unless its producer asks for "
-    "another (5 to 3600). Checked at start; this release does not end runs by lease yet.",
+    "another (5 to 3600); every publish and heartbeat renews it, and a run whose lease runs "
+    "out is ended with RUN_ERROR producer_lost.",
     "agui_strict": "Validate every published AG-UI event against the whole AG-UI 1.0 "
     "schema of the OpenAPI seed (true/false); off: type and required fields only.",
     "max_body_bytes": "Largest accepted publish body in bytes (413 beyond).",
