@@ -31,7 +31,7 @@ from gateway.store.redis.client.error_map import map_exceptions
 from gateway.store.redis.inbox import inbox_key
 from gateway.store.redis.settings import parse
 from tests.support import events as ev
-from tests.support.node import auth, open_ws, start_node
+from tests.support.node import auth, metric, open_ws, start_node
 from tests.support.redis_cluster import RedisCluster
 from tests.support.redis_server import free_port
 
@@ -211,6 +211,55 @@ async def test_a_runs_end_is_final_on_every_shard(cluster: RedisCluster, prefix:
                 assert state is not None and state.head == 2
         where = holders(cluster, f"{prefix}:*run*")
         assert len(where) >= 2, f"the runs sit on one master: {where}"
+
+
+async def test_abandoned_runs_on_every_shard_end_once_by_lease(
+    cluster: RedisCluster, prefix: str
+) -> None:
+    """Runs on every shard, abandoned after their start, are ended by the two nodes'
+    sweeps with one RUN_ERROR producer_lost each: the lease and its end are the run
+    feed's, in its slot; the live-run index's due sets are spread over the masters."""
+    async with (
+        start_node(cluster.seed_url, prefix, redis_cluster=True) as a,
+        start_node(cluster.seed_url, prefix, redis_cluster=True) as b,
+        httpx.AsyncClient(base_url=a.url, timeout=DEADLINE) as client,
+    ):
+        runs = [(ev.new_id(), ev.new_id()) for _ in range(9)]
+        for thread, run in runs:
+            r = await client.post(
+                f"/v1/threads/{thread}/runs/{run}/ui/ag-ui",
+                json={"type": "RUN_STARTED", "threadId": thread, "runId": run},
+                headers=auth(),
+                params={"lease_seconds": 5},
+            )
+            assert r.status_code == 200, r.text
+        listed = await client.get(
+            "/v1/runs", params={"state": "live", "limit": 100}, headers=auth()
+        )
+        assert {(x["thread_id"], x["run_id"]) for x in listed.json()["runs"]} >= set(runs)
+        due_sets = holders(cluster, f"{prefix}:runs:due:*")
+        assert len(due_sets) >= 2, f"the due sets sit on one master: {due_sets}"
+
+        async def all_ended() -> bool:
+            for thread, run in runs:
+                state = await a.backend.feeds.state(run_feed(TENANT, thread, run))
+                if state is None or state.head < 2:
+                    return False
+            return True
+
+        with anyio.fail_after(5 + 2 + 5):
+            while not await all_ended():  # noqa: ASYNC110 - the lease's clock
+                await anyio.sleep(0.1)
+        for thread, run in runs:
+            feed = run_feed(TENANT, thread, run)
+            state = await a.backend.feeds.state(feed)
+            assert state is not None and state.head == 2
+            [end] = await a.backend.feeds.read(feed, Cursor(state.epoch, 1), 10)
+            event = json.loads(end.data)
+            assert event["type"] == "RUN_ERROR" and event["code"] == "producer_lost"
+        ended = sum(metric(n, "gateway_runs_ended_total", by="lease") for n in (a, b))
+        assert ended == len(runs)
+        assert await a.backend.runs.live_count() == 0  # type: ignore[union-attr]
 
 
 async def test_sharded_inbox_every_shard_is_consumed(cluster: RedisCluster, prefix: str) -> None:
