@@ -317,7 +317,10 @@ class Watch {
     const badge = document.createElement("span");
     badge.className = "badge";
     badge.dataset.status = view.status;
-    badge.textContent = `run ${view.status === "unknown" ? "joined" : view.status}`;
+    badge.textContent =
+      view.status === "lost"
+        ? "run ended by lease (producer lost)"
+        : `run ${view.status === "unknown" ? "joined" : view.status}`;
     const parts = [badge];
     if (view.steps.length) {
       const steps = document.createElement("span");

@@ -246,7 +246,8 @@ export function foldRun(view, event, prelude = false) {
       stopStreaming(view);
       break;
     case "RUN_ERROR":
-      view.status = "error";
+      // The gateway's own end for a run whose producer stopped renewing its lease.
+      view.status = e.code === "producer_lost" ? "lost" : "error";
       view.error = { message: e.message ?? "", code: e.code ?? null };
       view.steps = [];
       stopStreaming(view);

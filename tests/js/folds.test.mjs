@@ -107,6 +107,17 @@ describe("foldRun", () => {
     assert.equal(view.messages[0].streaming, false);
   });
 
+  test("a run ended by its lease (producer_lost) is marked lost, not errored", () => {
+    const view = fold([
+      { type: "RUN_STARTED", threadId: "t", runId: "r" },
+      { type: "TEXT_MESSAGE_START", messageId: "m" },
+      { type: "RUN_ERROR", message: "the run's producer was lost", code: "producer_lost" },
+    ]);
+    assert.equal(view.status, "lost");
+    assert.deepEqual(view.error, { message: "the run's producer was lost", code: "producer_lost" });
+    assert.equal(view.messages[0].streaming, false);
+  });
+
   test("a resume's prelude restates the run without doubling it", () => {
     const before = [
       { type: "RUN_STARTED", threadId: "t", runId: "r" },
