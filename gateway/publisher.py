@@ -41,6 +41,8 @@ from gateway.run_lease import (
     lease_ms,
     requested_lease,
     stream_ends,
+    stream_lapse_result,
+    stream_starts,
 )
 from gateway.runstream import check_messages, seq_key
 from gateway.store.interfaces import RENEWS, FeedStore, Lapse, LiveFeed, RunIndex, RunLease
@@ -387,8 +389,18 @@ class Publisher:
         run still live is due again at its deadline, a run no longer live leaves it.
         Raises Unavailable."""
         assert self.runs is not None
-        end = NewItem(None, lapse_event(int(time.time() * 1000)))
-        outcome = await self.feeds.lapse(feed, end, retention=self.run_retention, align=FOLD_BLOCK)
+        stream = _is_stream(feed)
+        if stream:
+            found = await self._stream_lapse(feed)
+            if found is None:  # no committed event to end: nothing of a run there
+                await self.runs.untrack([feed])
+                return Lapse()
+            end = found
+        else:
+            end = NewItem(None, lapse_event(int(time.time() * 1000)))
+        outcome = await self.feeds.lapse(
+            feed, end, retention=self.run_retention, align=0 if stream else FOLD_BLOCK
+        )
         if outcome.live is not None:
             await self.runs.postpone(feed, outcome.live.deadline_ms)
             return outcome
@@ -396,16 +408,19 @@ class Publisher:
         if outcome.ended is None:
             return outcome
         self.metrics.runs_ended.labels(by="lease").inc()
-        thread_id, run_id = feed.id.split("/", 1)
+        thread_id, run_id = feed.id.split("/")[:2]
         log.warning(
             "run ended: its lease ran out",
             tenant=feed.tenant,
             thread_id=thread_id,
             run_id=run_id,
+            stream=stream,
             end=str(outcome.ended.cursors[-1]),
         )
         if self.run_finished_ttl > 0:
             await self.feeds.expire(feed, self.run_finished_ttl)
+        if stream:
+            return outcome  # no latest-run entry, fold or feed index for a stream
         await self._index_run(feed.tenant, thread_id, run_id, started=False, ended=True)
         try:
             await self.folds.persist(feed, outcome.ended.state, self.run_retention)
@@ -432,6 +447,19 @@ class Publisher:
             # entry for the thread (docs/storage.md).
             log.warning("keeping the thread's latest run failed", error=exc.message)
 
+    async def _stream_lapse(self, feed: FeedKey) -> NewItem | None:
+        """The result that ends a threads run stream whose lease ran out (its ids from
+        the stream's last committed event); None when it holds none."""
+        state = await self.feeds.state(feed)
+        if state is None or state.head == 0:
+            return None
+        last = await self.feeds.read(feed, Cursor(state.epoch, state.head - 1), 1)
+        if not last:
+            return None
+        _, run_id, _ = feed.id.split("/")
+        data = stream_lapse_result(run_id, last[0].data)
+        return None if data is None else NewItem("result", data)
+
     async def _check_request_key(self, feed: FeedKey, key: str, n: int) -> None:
         """A retained ``Idempotency-Key`` must come back with as many events (the events
         themselves are compared by the append step, item by item)."""
@@ -454,10 +482,13 @@ class Publisher:
         *,
         via: Via,
         rate: PublishRate | None = None,
+        lease_seconds: float | None = None,
     ) -> list[Cursor | None]:
         """:meth:`publish_run_stream` for a body still in JSON text."""
         body = self._decoded(raw, via)
-        return await self.publish_run_stream(tenant, thread_id, run_id, body, via=via, rate=rate)
+        return await self.publish_run_stream(
+            tenant, thread_id, run_id, body, via=via, rate=rate, lease_seconds=lease_seconds
+        )
 
     async def publish_run_stream(
         self,
@@ -468,6 +499,7 @@ class Publisher:
         *,
         via: Via,
         rate: PublishRate | None = None,
+        lease_seconds: float | None = None,
     ) -> list[Cursor | None]:
         """Publish SseMessages to a run's threads stream (D7b), in order.
 
@@ -481,21 +513,27 @@ class Publisher:
         still answered).
         ``rate`` as for :meth:`publish_team`: the whole body's count is taken by the
         first of its store steps (an append, or a transient message's publish) that
-        does something new, so a refused body sends nothing.
+        does something new, so a refused body sends nothing.  The stream's first
+        committed event starts its run's lease (``lease_seconds`` as for
+        :meth:`publish_run`), every later append renews it.
         """
         try:
             charge = _charge(rate, tenant, body)
             if not is_run_part(thread_id) or not is_run_part(run_id):
                 raise InvalidRequest("thread_id and run_id must match ^[A-Za-z0-9_.-]{1,128}$")
             messages = check_messages(body, thread_id=thread_id, run_id=run_id)
+            requested_lease(lease_seconds, self.lease_seconds)  # checked before anything is sent
             batch_ends(
                 stream_ends([m["kind"] for m in messages]),
                 _where(len(messages), isinstance(body, list)),
             )
             feed = run_events_feed(tenant, thread_id, run_id)
             first = next((m["event"]["seq"] for m in messages if m["kind"] == "event"), None)
+            # The stream's run starts with its first committed event (gateway.run_lease).
+            starts = False
             if first is not None and await self.feeds.offset_of(feed, seq_key(first)) is None:
                 state = await self.feeds.state(feed)
+                starts = stream_starts(0 if state is None else state.head, ["event"])
                 if (
                     state is not None
                     and state.head > 0
@@ -508,14 +546,20 @@ class Publisher:
             pending: list[NewItem] = []
 
             async def flush(ends: bool = False) -> None:
+                nonlocal starts
                 if pending:
+                    lease = await self._run_lease(feed, starts, ends, lease_seconds)
                     result = await self.feeds.append(
                         feed,
                         pending,
                         retention=self.run_retention,
                         charge=_due(charge),
                         ends=ends,
+                        lease=lease,
                     )
+                    if ends and self.runs is not None:
+                        await self._run_ended(feed, tracked=not starts)
+                    starts = False
                     cursors.extend(result.cursors)
                     pending.clear()
 
@@ -656,3 +700,8 @@ def _where(n: int, array: bool) -> list[str]:
 def _due(charge: Charge | None) -> Charge | None:
     """The charge for a request's next store step: None once a step took it."""
     return None if charge is None or charge.taken else charge
+
+
+def _is_stream(feed: FeedKey) -> bool:
+    """Whether a run feed is a threads run stream (``<thread>/<run>/events``)."""
+    return feed.id.count("/") == 2

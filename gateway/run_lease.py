@@ -141,3 +141,23 @@ def lapse_event(now_ms: int) -> bytes:
             "timestamp": now_ms,
         }
     )
+
+
+def stream_lapse_result(run_id: str, last: bytes) -> bytes | None:
+    """The final ``result`` that ends a threads run stream whose lease ran out, from the
+    stream's last stored message ``last`` (its committed event names the thread and the
+    branch); None when ``last`` is not a committed event.
+
+    The seed's RunOutcome has no outcome for a lost producer: ``failed`` needs a code
+    from a closed list that has none for it, so the run is ``cancelled`` (stopped without
+    an output, by something other than the agent) (docs/contract.md, "Runs end").
+    """
+    try:
+        message = msgspec.json.decode(last)
+        if message.get("kind") != "event":
+            return None
+        thread_id, branch_id = message["event"]["thread_id"], message["event"]["branch_id"]
+    except (msgspec.DecodeError, AttributeError, KeyError, TypeError):
+        return None
+    outcome = {"status": "cancelled", "thread_id": thread_id, "branch_id": branch_id}
+    return msgspec.json.encode({"kind": "result", "run_id": run_id, "result": outcome})

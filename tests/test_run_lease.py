@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import msgspec
 import pytest
 
 from gateway import run_lease
@@ -91,3 +92,45 @@ def test_anything_after_the_end_refuses_the_batch_naming_the_items() -> None:
         run_lease.batch_ends([True, True])
     with pytest.raises(RunEnded, match=r"^b: follows the run's end at a"):
         run_lease.batch_ends([True, False], ["a", "b"])
+
+
+def test_a_lease_in_milliseconds_rounds_up() -> None:
+    assert run_lease.lease_ms(5) == 5000
+    assert run_lease.lease_ms(5.0001) == 5001
+    assert run_lease.lease_ms(3600) == 3_600_000
+
+
+def test_the_lapse_event_is_a_strict_ag_ui_run_error_with_producer_lost() -> None:
+    from gateway.agui.events import check_body
+
+    event = msgspec.json.decode(run_lease.lapse_event(1_760_000_000_123))
+    assert event["type"] == "RUN_ERROR" and event["code"] == run_lease.PRODUCER_LOST
+    assert event["timestamp"] == 1_760_000_000_123 and event["message"]
+    assert event["type"] in TERMINAL
+    # It passes the publish path's own strict validation (AG-UI 1.0).
+    assert check_body(event, thread_id="t", run_id="r", strict=True) == [event]
+
+
+def test_the_lapse_result_of_a_stream_is_a_valid_cancelled_outcome() -> None:
+    from gateway.runstream import check_messages
+    from tests.support import events as ev
+
+    last = msgspec.json.encode({"kind": "event", "event": ev.message("hi")})
+    data = run_lease.stream_lapse_result("run-1", last)
+    assert data is not None
+    result = msgspec.json.decode(data)
+    assert result == {
+        "kind": "result",
+        "run_id": "run-1",
+        "result": {
+            "status": "cancelled",
+            "thread_id": "0190f5a2-7c1e-7b3d-8a4f-000000000002",
+            "branch_id": "0190f5a2-7c1e-7b3d-8a4f-000000000003",
+        },
+    }
+    # The stream route's own validation (the seed's SseMessage) takes it.
+    assert check_messages(result, thread_id="t", run_id="run-1") == [result]
+    # Not a committed event (a result, garbage): nothing to end a run with.
+    assert run_lease.stream_lapse_result("run-1", data) is None
+    assert run_lease.stream_lapse_result("run-1", b"{not json") is None
+    assert run_lease.stream_lapse_result("run-1", b'{"kind":"event","event":{}}') is None

@@ -184,6 +184,12 @@ async def publish_stream(
         context, request, lambda p: access.run_for(p, thread_id, run_id)
     )
     cursors = await context.publisher.publish_run_stream_json(
-        principal.tenant, thread_id, run_id, request.body, via=Via.HTTP, rate=rate
+        principal.tenant,
+        thread_id,
+        run_id,
+        request.body,
+        via=Via.HTTP,
+        rate=rate,
+        lease_seconds=_lease_seconds(request.query_one("lease_seconds")),
     )
     send_cursors(responder, cursors)

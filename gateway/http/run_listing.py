@@ -4,7 +4,9 @@
 :data:`~gateway.http.feed_listing.MAX_LIMIT`, default
 :data:`~gateway.http.feed_listing.DEFAULT_LIMIT`), ``after`` (the ``next`` of the
 previous page).  The answer is ``{"runs": [{"feed", "thread_id", "run_id",
-"started_ms", "updated_ms", "lease_deadline_ms"}], "next"}``, the latest started first,
+"started_ms", "updated_ms", "lease_deadline_ms"}], "next"}`` (``feed``: the AG-UI run
+feed ``run/<thread>/<run>``, or a threads run stream's ``run/<thread>/<run>/events``),
+the latest started first,
 ``next`` null on the last page, paged like ``GET /v1/feeds``.  Only runs the token may
 read (:func:`gateway.access.may_read`, its ``threads`` claim) and whose feed holds a live
 run when the request is answered are listed (the live-run index is checked against each
@@ -62,12 +64,20 @@ def decode_position(text: str, tenant: str) -> LiveRun:
     except (binascii.Error, UnicodeDecodeError, ValueError):
         raise InvalidRequest(NOT_A_POSITION) from None
     ms, _, feed_id = raw.partition(":")
-    thread, slash, run = feed_id.partition("/")
-    if not (ms.isdigit() and len(ms) <= 16 and slash and is_run_part(thread)):
-        raise InvalidRequest(NOT_A_POSITION)
-    if not is_run_part(run):
+    if not (ms.isdigit() and len(ms) <= 16 and _run_ids(feed_id) is not None):
         raise InvalidRequest(NOT_A_POSITION)
     return LiveRun(FeedKey(tenant, FeedKind.RUN, feed_id), int(ms))
+
+
+def _run_ids(feed_id: str) -> tuple[str, str] | None:
+    """The thread and run ids of a run feed's id: an AG-UI run feed's
+    ``<thread>/<run>``, or a threads run stream's ``<thread>/<run>/events``."""
+    parts = feed_id.split("/")
+    if len(parts) == 3 and parts[2] == "events":
+        parts = parts[:2]
+    if len(parts) != 2 or not (is_run_part(parts[0]) and is_run_part(parts[1])):
+        return None
+    return parts[0], parts[1]
 
 
 def _limit(raw: str | None) -> int:
@@ -132,17 +142,13 @@ async def list_page(
 
 
 def _listable(principal: Principal, feed: FeedKey) -> bool:
-    thread, slash, run = feed.id.partition("/")
-    return (
-        bool(slash)
-        and is_run_part(thread)
-        and is_run_part(run)
-        and access.may_read(principal, feed)
-    )
+    return _run_ids(feed.id) is not None and access.may_read(principal, feed)
 
 
 def _listed(feed: FeedKey, lease: Lease) -> ListedRun:
-    thread_id, _, run_id = feed.id.partition("/")
+    ids = _run_ids(feed.id)
+    assert ids is not None  # _listable
+    thread_id, run_id = ids
     return ListedRun(
         feed.public_name,
         thread_id,

@@ -273,3 +273,36 @@ async def test_two_nodes_end_an_abandoned_run_once_and_both_viewers_see_it(
         assert sorted(ended) == [0, 1]
         r = await cb.post(agui_path(run), json=custom("late"), headers=auth())
         assert r.status_code == 409 and r.json()["error"]["code"] == "run_ended"
+
+
+async def test_an_abandoned_threads_run_stream_ends_with_a_cancelled_result(
+    node: Gateway, client: httpx.AsyncClient
+) -> None:
+    run = ev.new_id()
+    path = f"/v1/threads/{THREAD}/runs/{run}/events"
+    committed = [{"kind": "event", "event": ev.message(f"m{i}", seq=i + 1)} for i in range(2)]
+    r = await client.post(path, json=committed, headers=auth(), params={"lease_seconds": LEASE})
+    assert r.status_code == 200, r.text
+    r = await client.get("/v1/runs", params={"state": "live", "limit": 100}, headers=auth())
+    listed = [x for x in r.json()["runs"] if x["run_id"] == run]
+    assert [x["feed"] for x in listed] == [f"run/{THREAD}/{run}/events"]
+    seen: list[dict[str, Any]] = []
+    with anyio.fail_after(END_WITHIN):
+        async with aconnect_sse(client, "GET", path, headers=auth()) as source:
+            async for sse in source.aiter_sse():
+                seen.append(json.loads(sse.data))
+                assert len(seen) < 10
+    assert [m["kind"] for m in seen] == ["event", "event", "result"]
+    assert seen[-1] == {
+        "kind": "result",
+        "run_id": run,
+        "result": {
+            "status": "cancelled",
+            "thread_id": committed[0]["event"]["thread_id"],
+            "branch_id": committed[0]["event"]["branch_id"],
+        },
+    }
+    late = [{"kind": "event", "event": ev.message("late", seq=3)}]
+    r = await client.post(path, json=late, headers=auth())
+    assert r.status_code == 409 and r.json()["error"]["code"] == "run_ended", r.text
+    assert metric(node, "gateway_runs_ended_total", by="lease") == 1
