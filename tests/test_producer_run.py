@@ -1,8 +1,8 @@
 """Runs of the Python producer that always end (``Producer.run``), run leases renewed
-without publishing (``Producer.heartbeat``).
+without publishing (``Producer.heartbeat``, the run inbox's heartbeat).
 
-On real Redis: the producer appends, a second connection to the same Redis reads what
-the run feed and its lease hold.  A fake producer
+On real Redis: the producer appends, a second connection to the same Redis (or a real
+node, for the inbox) reads what the run feed and its lease hold.  A fake producer
 stands in where Redis would have to fail on cue.
 """
 
@@ -14,8 +14,10 @@ from typing import Any, cast
 
 import anyio
 import pytest
+import redis.asyncio as aioredis
 import structlog
 
+from gateway.app import Gateway
 from gateway.cursor import Cursor
 from gateway.errors import InvalidRequest, RunEnded, Unavailable
 from gateway.feed import FeedKey, run_feed
@@ -27,8 +29,10 @@ from gateway.producer import (
     ProducerRun,
 )
 from gateway.store.interfaces import Backend, Lease
+from gateway.store.redis.inbox import dead_letter_key, inbox_key
 from tests.support import events as ev
 from tests.support.backends import open_backend
+from tests.support.node import metric, start_node
 
 pytestmark = pytest.mark.anyio
 
@@ -320,3 +324,85 @@ async def test_the_end_is_retried_while_redis_is_unavailable() -> None:
     assert start[0]["type"] == "RUN_STARTED"
     assert end == ({"type": "RUN_FINISHED", "threadId": "t1", "runId": "r1"}, END_KEY)
     assert fake.end_failing == 0
+
+
+# -- the run inbox's heartbeat -----------------------------------------------------------
+
+
+@pytest.fixture
+async def raw(redis_url: str) -> AsyncIterator[Any]:
+    client: Any = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+async def test_the_run_inbox_heartbeat_renews_a_live_run_and_skips_others(
+    redis_url: str, redis_prefix: str, producer: Producer, raw: Any
+) -> None:
+    thread, run_id = ids()
+    feed = run_feed(TENANT, thread, run_id)
+    start = {"type": "RUN_STARTED", "threadId": thread, "runId": run_id}
+    inbox, dead = inbox_key(redis_prefix, "run"), dead_letter_key(redis_prefix, "run")
+    async with start_node(redis_url, redis_prefix) as node:
+        await producer.publish_run(TENANT, thread, run_id, start, lease_seconds=30)
+        first = await node.backend.feeds.lease(feed)
+        assert first is not None
+
+        async def clock_passed() -> bool:
+            seconds, micros = await raw.time()
+            return bool(seconds * 1000 + micros // 1000 > first.renewed_ms)
+
+        await eventually(clock_passed, "the store's clock past the start")
+        heartbeat = {"tenant": TENANT, "thread": thread, "run": run_id, "heartbeat": "1"}
+        await raw.xadd(inbox, heartbeat)
+        await eventually(lambda: counted(node, "renewed"), "the heartbeat")
+        renewed = await node.backend.feeds.lease(feed)
+        assert renewed is not None and renewed.started_ms == first.started_ms
+        assert renewed.renewed_ms > first.renewed_ms
+        assert renewed.deadline_ms == renewed.renewed_ms + 30_000
+        state = await node.backend.feeds.state(feed)
+        assert state is not None and state.head == 1, "a heartbeat appends nothing"
+
+        # No live run: acknowledged and counted, not dead-lettered (heartbeats race
+        # with the run's end); the run's feed is not created either.
+        other = {**heartbeat, "run": ev.new_id()}
+        await raw.xadd(inbox, other)
+        await eventually(lambda: counted(node, "not_live"), "the heartbeat of no live run")
+        assert await node.backend.feeds.state(run_feed(TENANT, thread, other["run"])) is None
+
+        # A heartbeat with a body (or anything but "1") is a mistake: dead-lettered.
+        await raw.xadd(inbox, {**heartbeat, "body": json.dumps(start)})
+        await raw.xadd(inbox, {**heartbeat, "heartbeat": "yes"})
+        # And a message with neither is refused as before.
+        await raw.xadd(inbox, {"tenant": TENANT, "thread": thread, "run": run_id})
+        letters = await eventually(
+            lambda: _at_least(raw.xrange(dead), 3), "the dead letters of bad heartbeats"
+        )
+        assert [entry["reason"] for _, entry in letters] == ["invalid_request"] * 3
+        assert [entry["message"] for _, entry in letters] == [
+            "heartbeat: a heartbeat has no body and no idempotency_key",
+            "heartbeat: must be 1",
+            "message: missing field 'body'",
+        ]
+        assert metric(node, "gateway_inbox_messages_total", outcome="renewed") == 1
+        assert metric(node, "gateway_inbox_messages_total", outcome="not_live") == 1
+        state = await node.backend.feeds.state(feed)
+        assert state is not None and state.head == 1
+        assert await raw.xpending(inbox, "gateway") == {
+            "pending": 0,
+            "min": None,
+            "max": None,
+            "consumers": [],
+        }
+
+
+async def counted(node: Gateway, outcome: str) -> float:
+    """How many inbox messages the node counted with ``outcome``."""
+    return metric(node, "gateway_inbox_messages_total", outcome=outcome)
+
+
+async def _at_least(entries: Awaitable[list[Any]], n: int) -> list[Any] | None:
+    got = await entries
+    return got if len(got) >= n else None
