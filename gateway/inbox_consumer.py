@@ -4,7 +4,11 @@ Inbox ``team`` (stream ``<prefix>:inbox:team``): each message has the fields ``t
 ``team`` and ``body`` (the JSON of a ``POST /v1/teams/{team}/events`` body: one item or
 an array).  Inbox ``run``: ``tenant``, ``thread``, ``run`` and ``body`` (one AG-UI event
 or an array, as ``POST .../ui/ag-ui`` takes), and optionally ``idempotency_key`` (the
-``Idempotency-Key`` header's meaning).  Inbox ``sparktide``: ``tenant`` and ``body`` (one
+``Idempotency-Key`` header's meaning); or, to renew a live run's lease without
+publishing (as ``POST .../heartbeat``), ``tenant``, ``thread``, ``run`` and ``heartbeat``
+(``1``) and nothing else: acknowledged and counted (``renewed``, or ``not_live`` for a
+run that is not live: heartbeats race with the run's end, so that is no error).  Inbox
+``sparktide``: ``tenant`` and ``body`` (one
 SparkTide event or an array of one run, as ``POST /v1/sparktide/events`` takes; the run
 is the events' ``conversationId`` and ``runId``).  Inbox ``a2ui``: ``tenant``, ``thread``,
 ``run``, ``body`` (one A2UI message or an array) and optionally ``idempotency_key``.
@@ -34,41 +38,71 @@ from gateway.store.interfaces import InboxMessage, InboxQueue
 
 log = structlog.get_logger("gateway.inbox_consumer")
 
-#: An inbox's message fields as text (all but ``body``), and the handler that appends.
+#: An inbox's message fields as text (all but ``body``), and the handler that acts on a
+#: message (its ``body``, None when it has none) and names the outcome it counts.
 Fields = dict[bytes, str]
-Handler = Callable[[Publisher, Fields, bytes], Awaitable[object]]
+Handler = Callable[[Publisher, Fields, bytes | None], Awaitable[str]]
+
+#: Outcomes of a message (``gateway_inbox_messages_total``): appended; a heartbeat that
+#: renewed a lease, or found no live run to renew.
+APPENDED = "appended"
+RENEWED = "renewed"
+NOT_LIVE = "not_live"
 
 
-async def _team(publisher: Publisher, values: Fields, body: bytes) -> object:
-    return await publisher.publish_team_json(
-        values[b"tenant"], values[b"team"], body, via=Via.INBOX
+def _body(body: bytes | None) -> bytes:
+    """The message's ``body``, which the inbox requires."""
+    if body is None:
+        raise InvalidRequest("message: missing field 'body'")
+    return body
+
+
+async def _team(publisher: Publisher, values: Fields, body: bytes | None) -> str:
+    await publisher.publish_team_json(
+        values[b"tenant"], values[b"team"], _body(body), via=Via.INBOX
     )
+    return APPENDED
 
 
-async def _run(publisher: Publisher, values: Fields, body: bytes) -> object:
-    return await publisher.publish_run_json(
+async def _run(publisher: Publisher, values: Fields, body: bytes | None) -> str:
+    if b"heartbeat" in values:
+        return await _heartbeat(publisher, values, body)
+    await publisher.publish_run_json(
         values[b"tenant"],
         values[b"thread"],
         values[b"run"],
-        body,
+        _body(body),
         via=Via.INBOX,
         idempotency_key=values.get(b"idempotency_key"),
     )
+    return APPENDED
 
 
-async def _sparktide(publisher: Publisher, values: Fields, body: bytes) -> object:
-    return await publisher.publish_sparktide_json(values[b"tenant"], body, via=Via.INBOX)
+async def _heartbeat(publisher: Publisher, values: Fields, body: bytes | None) -> str:
+    """A run inbox heartbeat: renew the run's lease, if the run is live."""
+    if values[b"heartbeat"] != "1":
+        raise InvalidRequest("heartbeat: must be 1")
+    if body is not None or b"idempotency_key" in values:
+        raise InvalidRequest("heartbeat: a heartbeat has no body and no idempotency_key")
+    live = await publisher.heartbeat(values[b"tenant"], values[b"thread"], values[b"run"])
+    return RENEWED if live else NOT_LIVE
 
 
-async def _a2ui(publisher: Publisher, values: Fields, body: bytes) -> object:
-    return await publisher.publish_a2ui_json(
+async def _sparktide(publisher: Publisher, values: Fields, body: bytes | None) -> str:
+    await publisher.publish_sparktide_json(values[b"tenant"], _body(body), via=Via.INBOX)
+    return APPENDED
+
+
+async def _a2ui(publisher: Publisher, values: Fields, body: bytes | None) -> str:
+    await publisher.publish_a2ui_json(
         values[b"tenant"],
         values[b"thread"],
         values[b"run"],
-        body,
+        _body(body),
         via=Via.INBOX,
         idempotency_key=values.get(b"idempotency_key"),
     )
+    return APPENDED
 
 
 class InboxKind:
@@ -86,7 +120,13 @@ class InboxKind:
 #: Every inbox the nodes read.
 INBOXES = (
     InboxKind("team", (b"tenant", b"team", b"body"), (), _team),
-    InboxKind("run", (b"tenant", b"thread", b"run", b"body"), (b"idempotency_key",), _run),
+    # ``body`` is optional only to let a heartbeat go without one (``_run`` checks).
+    InboxKind(
+        "run",
+        (b"tenant", b"thread", b"run"),
+        (b"body", b"idempotency_key", b"heartbeat"),
+        _run,
+    ),
     InboxKind("sparktide", (b"tenant", b"body"), (), _sparktide),
     InboxKind("a2ui", (b"tenant", b"thread", b"run", b"body"), (b"idempotency_key",), _a2ui),
 )
@@ -183,7 +223,7 @@ class Inbox:
             return
         try:
             values = self._parse(fields)
-            await self.kind.handler(self._publisher, values, fields[b"body"])
+            outcome = await self.kind.handler(self._publisher, values, fields.get(b"body"))
         except Unavailable:
             raise  # stays pending; retried after the outage
         except GatewayError as exc:
@@ -196,7 +236,7 @@ class Inbox:
             await self.queue.dead_letter(message, "internal", "the gateway failed on it")
             self._metrics.inbox_messages.labels(outcome="dead_lettered").inc()
         else:
-            self._metrics.inbox_messages.labels(outcome="appended").inc()
+            self._metrics.inbox_messages.labels(outcome=outcome).inc()
         await self.queue.ack(message.id)
 
     def _parse(self, fields: dict[bytes, bytes]) -> Fields:
@@ -209,7 +249,7 @@ class Inbox:
         for field in required:
             if field not in fields:
                 raise InvalidRequest(f"message: missing field {field.decode()!r}")
-        if len(fields[b"body"]) > self._max_body:
+        if len(fields.get(b"body", b"")) > self._max_body:
             raise TooLarge(f"body: larger than {self._max_body} bytes")
         values: Fields = {}
         for field, raw in fields.items():

@@ -192,7 +192,8 @@ class Metrics:
         self.redis_errors = LoopCounter("gateway_redis_errors_total", "Failed Redis operations.")
         self.inbox_messages = LoopCounter(
             "gateway_inbox_messages_total",
-            "Inbox messages processed, by outcome (appended, dead_lettered).",
+            "Inbox messages processed, by outcome (appended, dead_lettered; run inbox "
+            "heartbeats: renewed, not_live).",
             ["outcome"],
         )
         self.limited = LoopCounter(
