@@ -44,6 +44,15 @@ FEEDS = "/v1/feeds"
 #: Page sizes of GET /v1/feeds (gateway.http.feed_listing; a test checks they agree).
 FEEDS_DEFAULT_LIMIT = 20
 FEEDS_MAX_LIMIT = 100
+#: The opaque ``after`` of the listings (gateway.http.feed_listing MAX_AFTER).
+MAX_AFTER = 400
+RUNS = "/v1/runs"
+RUN_HEARTBEAT = "/v1/threads/{thread_id}/runs/{run_id}/heartbeat"
+#: A run's lease (gateway.run_lease; a test checks they agree): the default
+#: GATEWAY_RUN_LEASE_SECONDS and the bounds of what a producer may ask for.
+DEFAULT_LEASE_SECONDS = 60
+MIN_LEASE_SECONDS = 5
+MAX_LEASE_SECONDS = 3600
 RUN_AI_SDK = "/v1/threads/{thread_id}/runs/{run_id}/ui/ai-sdk"
 AI_SDK_RECONNECT = "/v1/ui/ai-sdk/{agent}/{chat_id}/stream"
 #: An AI SDK chunk id E:O:K, or a feed cursor E:O (contract D10).
@@ -551,6 +560,14 @@ too_large beyond it); the events count against the tenant's publish rate \
 (GATEWAY_PUBLISH_RATE, GATEWAY_PUBLISH_BURST; 429 rate_limited with `Retry-After`). The \
 Redis inbox `<prefix>:inbox:run` and the Python producer apply the same checks.
 
+**Leases.** A run is live from its `RUN_STARTED` to its `RUN_FINISHED` or `RUN_ERROR` and \
+holds a lease meanwhile: `lease_seconds` seconds (asked for by the publish that appends \
+its `RUN_STARTED`, {MIN_LEASE_SECONDS} to {MAX_LEASE_SECONDS}), else \
+GATEWAY_RUN_LEASE_SECONDS (default {DEFAULT_LEASE_SECONDS}). Every publish to a live run \
+renews it, and so does `POST {RUN_HEARTBEAT}` without publishing. When it runs out the \
+gateway appends one `RUN_ERROR` with `"code": "producer_lost"`, which ends the run like \
+any other end.
+
 """ + RUN_END_TEXT.format(end="`RUN_FINISHED` or `RUN_ERROR`")
 
 ATTACH_DESCRIPTION = f"""\
@@ -936,6 +953,23 @@ def run_post(known: set[str]) -> dict[str, Any]:
                 ),
                 "schema": {"type": "string", "minLength": 1, "maxLength": MAX_IDEMPOTENCY_KEY},
             },
+            {
+                "name": "lease_seconds",
+                "in": "query",
+                "required": False,
+                "description": (
+                    "The lease, in seconds, of the run this publish starts (its "
+                    f"RUN_STARTED): {MIN_LEASE_SECONDS} to {MAX_LEASE_SECONDS}; without it "
+                    f"GATEWAY_RUN_LEASE_SECONDS (default {DEFAULT_LEASE_SECONDS}). Checked on "
+                    "every publish (400 invalid_request when out of bounds or not a number); "
+                    "a publish that does not start the run renews its lease as it is."
+                ),
+                "schema": {
+                    "type": "number",
+                    "minimum": MIN_LEASE_SECONDS,
+                    "maximum": MAX_LEASE_SECONDS,
+                },
+            },
         ],
         "requestBody": {
             "required": True,
@@ -959,8 +993,10 @@ def run_post(known: set[str]) -> dict[str, Any]:
                 "an empty array, an event without a string `type` or without a field its "
                 "type requires (or, with GATEWAY_AGUI_STRICT, not valid `ag-ui-1`), a "
                 "RUN_STARTED or RUN_FINISHED naming another thread or run than the path, "
-                "`subagentRunId: null`, or an Idempotency-Key that is empty or longer than "
-                f"{MAX_IDEMPOTENCY_KEY} characters. The message names the item and field. "
+                "`subagentRunId: null`, an Idempotency-Key that is empty or longer than "
+                f"{MAX_IDEMPOTENCY_KEY} characters, or a `lease_seconds` that is not a "
+                f"number from {MIN_LEASE_SECONDS} to {MAX_LEASE_SECONDS}. The message names "
+                "the item and field. "
                 "Nothing of the body was appended.",
                 "idempotency_key_reused: the Idempotency-Key is one the feed still retains, "
                 "sent with different events. Nothing of the body was appended.",
@@ -1136,7 +1172,7 @@ def list_feeds(known: set[str]) -> dict[str, Any]:
                     "The `next` of the previous page, as it was (opaque). Anything else is "
                     "400 invalid_request."
                 ),
-                "schema": {"type": "string", "minLength": 1, "maxLength": 400},
+                "schema": {"type": "string", "minLength": 1, "maxLength": MAX_AFTER},
             },
         ],
         "responses": {
@@ -1166,6 +1202,160 @@ def list_feeds(known: set[str]) -> dict[str, Any]:
             ),
             "404": error_response(
                 "not_found: this gateway's store keeps no feed index.", ["not_found"], known
+            ),
+            "500": error_response("internal: an unexpected error.", ["internal"], known),
+            "503": error_response(
+                "unavailable: the feed store could not be reached.", ["unavailable"], known
+            ),
+        },
+    }
+
+
+# -- run leases (contract, "Runs end") -------------------------------------------------
+
+HEARTBEAT_DESCRIPTION = f"""\
+Renew a live run's lease without publishing (contract, "Runs end").
+
+A run is live from its start (AG-UI `RUN_STARTED`) to its end and holds a lease \
+meanwhile; every publish to it renews the lease, and so does this route, for a producer \
+that has nothing to publish for a while. The lease then runs its full length (the \
+`lease_seconds` the run was started with, else GATEWAY_RUN_LEASE_SECONDS, default \
+{DEFAULT_LEASE_SECONDS}) from now. When a lease runs out the gateway appends one \
+`RUN_ERROR` with `"code": "producer_lost"` to the run, which ends it.
+
+Needs the `publish` scope (403 forbidden without it). No body is needed; one that is \
+sent is ignored. A run that is not live (never started, already ended, no such run, \
+another tenant's) and a thread outside the token's `threads` claim are the same 404."""
+
+
+def run_heartbeat(known: set[str]) -> dict[str, Any]:
+    return {
+        "tags": ["run feeds"],
+        "summary": "Renew a live run's lease",
+        "description": HEARTBEAT_DESCRIPTION,
+        "operationId": "heartbeatRun",
+        "x-error-codes": ["unauthenticated", "forbidden", "not_found", "too_large", "unavailable"],
+        "parameters": run_params(
+            "The run's thread (any id matching the pattern).",
+            "The run (any id matching the pattern).",
+        ),
+        "responses": {
+            "204": {"description": "Renewed: the run is live and its lease starts again now."},
+            "401": error_response(
+                "unauthenticated: no token, or one that does not verify or has expired.",
+                ["unauthenticated"],
+                known,
+            ),
+            "403": error_response(
+                "forbidden: the token lacks the publish scope.", ["forbidden"], known
+            ),
+            "404": error_response(
+                "not_found: no such live run: the run never started, has ended (its lease "
+                "too), does not exist in the caller's tenant, its thread is outside the "
+                "token's threads claim, or a thread or run id does not match "
+                f"{RUN_PART_PATTERN}. Nothing was renewed.",
+                ["not_found"],
+                known,
+            ),
+            "413": error_response(
+                "too_large: a body larger than GATEWAY_MAX_BODY_BYTES (a body is otherwise "
+                "ignored).",
+                ["too_large"],
+                known,
+            ),
+            "500": error_response("internal: an unexpected error.", ["internal"], known),
+            "503": error_response(
+                "unavailable: the feed store could not be reached; whether the lease was "
+                "renewed is unknown, and retrying is safe.",
+                ["unavailable"],
+                known,
+            ),
+        },
+    }
+
+
+RUNS_DESCRIPTION = f"""\
+The caller's live runs, the latest started first (contract, "Runs end"). Scope \
+`subscribe`. A run is live from its start (AG-UI `RUN_STARTED`) to its end, and holds a \
+lease meanwhile; `started_ms` is when it started, `updated_ms` when its lease was last \
+renewed (its last publish or heartbeat), `lease_deadline_ms` when the lease runs out \
+unless renewed (all milliseconds since the Unix epoch, of the store's clock). Only the \
+caller's tenant's runs that its token may read (the `threads` claim) and that are live \
+when the request is answered are listed. `feed` is the run feed's public name, as the \
+WebSocket protocol and the console use it.
+
+Paginated like `GET {FEEDS}`: pass the answer's `next` as `after` to get the next page; \
+`next` is null on the last page. A page may hold fewer than `limit` runs while `next` is \
+not null (a request looks at a bounded number of index entries).
+
+The seed's `POST /v1/runs` (startRun) starts runs in the host; the gateway starts none \
+and serves only this GET (POST is 405)."""
+
+
+def list_runs(known: set[str]) -> dict[str, Any]:
+    return {
+        "tags": ["feeds"],
+        "summary": "List the tenant's live runs",
+        "description": RUNS_DESCRIPTION,
+        "operationId": "listRuns",
+        "x-error-codes": ["invalid_request", "unauthenticated", "not_found", "unavailable"],
+        "parameters": [
+            {
+                "name": "state",
+                "in": "query",
+                "required": True,
+                "description": "Which runs: `live`, the one state listed.",
+                "schema": {"type": "string", "enum": ["live"]},
+            },
+            {
+                "name": "limit",
+                "in": "query",
+                "required": False,
+                "description": f"Runs per page, at most {FEEDS_MAX_LIMIT}.",
+                "schema": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": FEEDS_MAX_LIMIT,
+                    "default": FEEDS_DEFAULT_LIMIT,
+                },
+            },
+            {
+                "name": "after",
+                "in": "query",
+                "required": False,
+                "description": (
+                    "The `next` of the previous page, as it was (opaque). Anything else is "
+                    "400 invalid_request."
+                ),
+                "schema": {"type": "string", "minLength": 1, "maxLength": MAX_AFTER},
+            },
+        ],
+        "responses": {
+            "200": {
+                "description": "One page of the listing.",
+                "headers": {
+                    "Cache-Control": {
+                        "description": "Always `no-store`: the listing changes all the time.",
+                        "schema": {"type": "string", "const": "no-store"},
+                    }
+                },
+                "content": json_content(ref("RunList")),
+            },
+            "400": error_response(
+                "invalid_request: `state` missing or not live, `limit` not an integer from "
+                f"1 to {FEEDS_MAX_LIMIT}, or an `after` this route did not hand out.",
+                ["invalid_request"],
+                known,
+            ),
+            "401": error_response(
+                "unauthenticated: no token, a token that does not verify or has expired, or a "
+                "token without the subscribe scope; also every /v1 route when the gateway has "
+                "no authenticator configured.",
+                ["unauthenticated"],
+                known,
+            ),
+            "404": error_response(
+                "not_found: this gateway keeps no live-run index.", ["not_found"], known
             ),
             "500": error_response("internal: an unexpected error.", ["internal"], known),
             "503": error_response(
@@ -1583,6 +1773,51 @@ def gateway_schemas() -> dict[str, Any]:
                 "kind": {"enum": ["team", "run"]},
                 "head": {"type": "string", "pattern": CURSOR_PATTERN},
                 "updated_ms": {"type": "integer", "minimum": 0},
+            },
+        },
+        "RunList": {
+            "description": (
+                "One page of GET /v1/runs: live runs, the latest started first, and the "
+                "`after` of the next page (null on the last one)."
+            ),
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["runs", "next"],
+            "properties": {
+                "runs": {
+                    "type": "array",
+                    "maxItems": FEEDS_MAX_LIMIT,
+                    "items": ref("RunListEntry"),
+                },
+                "next": {"type": ["string", "null"], "minLength": 1},
+            },
+        },
+        "RunListEntry": {
+            "description": (
+                "A live run: its feed's public name, its thread and run ids, when it "
+                "started, when its lease was last renewed and when the lease runs out "
+                "(milliseconds since the Unix epoch)."
+            ),
+            "type": "object",
+            "additionalProperties": False,
+            "required": [
+                "feed",
+                "thread_id",
+                "run_id",
+                "started_ms",
+                "updated_ms",
+                "lease_deadline_ms",
+            ],
+            "properties": {
+                "feed": {
+                    "type": "string",
+                    "pattern": "^run/[A-Za-z0-9_.-]{1,128}/[A-Za-z0-9_.-]{1,128}$",
+                },
+                "thread_id": {"type": "string", "pattern": RUN_PART_PATTERN},
+                "run_id": {"type": "string", "pattern": RUN_PART_PATTERN},
+                "started_ms": {"type": "integer", "minimum": 0},
+                "updated_ms": {"type": "integer", "minimum": 0},
+                "lease_deadline_ms": {"type": "integer", "minimum": 0},
             },
         },
         "AiSdkCursor": {
@@ -2029,7 +2264,9 @@ def build(seed: dict[str, Any] | None = None) -> dict[str, Any]:
             },
             {
                 "name": "feeds",
-                "description": "List the tenant's active feeds (the console's list).",
+                "description": (
+                    "List the tenant's active feeds (the console's list) and live runs."
+                ),
             },
             {"name": "operations", "description": "Health, readiness, metrics, this document."},
         ],
@@ -2037,8 +2274,10 @@ def build(seed: dict[str, Any] | None = None) -> dict[str, Any]:
             TEAM_EVENTS: {"get": team_get(seed, known), "post": team_post(seed, known)},
             RUN_UI: {"get": run_get(known), "post": run_post(known)},
             RUN_EVENTS: {"get": subscribe_run(seed, known), "post": publish_run_events(known)},
+            RUN_HEARTBEAT: {"post": run_heartbeat(known)},
             AGENT_UI: {"post": attach(seed, known)},
             FEEDS: {"get": list_feeds(known)},
+            RUNS: {"get": list_runs(known)},
             SPARKTIDE_EVENTS: {"post": sparktide_post(known)},
             RUN_A2UI: {"post": a2ui_post(known)},
             RUN_AI_SDK: {"get": run_ai_sdk_get(known)},

@@ -40,6 +40,8 @@ RUN_UI = "/v1/threads/{thread_id}/runs/{run_id}/ui/ag-ui"
 RUN_EVENTS = "/v1/threads/{thread_id}/runs/{run_id}/events"
 AGENT_UI = "/v1/ui/ag-ui/{agent}"
 FEEDS = "/v1/feeds"
+RUNS = "/v1/runs"
+RUN_HEARTBEAT = "/v1/threads/{thread_id}/runs/{run_id}/heartbeat"
 RUN_AI_SDK = "/v1/threads/{thread_id}/runs/{run_id}/ui/ai-sdk"
 AI_SDK_RECONNECT = "/v1/ui/ai-sdk/{agent}/{chat_id}/stream"
 #: What the seed's dump lost from its cursor texts; the route texts restore it.
@@ -284,8 +286,9 @@ def test_every_error_response_accepts_exactly_its_codes(
     # Team GET: 400 401 404 429 4XX 500 503; team POST: ten; run feed GET: six;
     # run feed POST: ten; subscribeRun: seven; publishRunEvents: ten; attach: eight;
     # listFeeds: five; publishSparkTide, publishA2ui: ten each;
-    # the AI SDK stream: six and the seed's 4XX; the AI SDK reconnect: five and the 4XX.
-    assert seen == 7 + 10 + 6 + 10 + 7 + 10 + 8 + 5 + 10 + 10 + 7 + 6
+    # the AI SDK stream: six and the seed's 4XX; the AI SDK reconnect: five and the 4XX;
+    # heartbeatRun: six; listRuns: five.
+    assert seen == 7 + 10 + 6 + 10 + 7 + 10 + 8 + 5 + 10 + 10 + 7 + 6 + 6 + 5
 
 
 def test_gateway_error_codes_are_the_additions(doc: dict[str, Any], seed: dict[str, Any]) -> None:
@@ -303,8 +306,10 @@ ROUTES = {
     TEAM_EVENTS: {"get", "post"},
     RUN_UI: {"get", "post"},
     RUN_EVENTS: {"get", "post"},
+    RUN_HEARTBEAT: {"post"},
     AGENT_UI: {"post"},
     FEEDS: {"get"},
+    RUNS: {"get"},
     "/v1/sparktide/events": {"post"},
     "/v1/threads/{thread_id}/runs/{run_id}/a2ui": {"post"},
     RUN_AI_SDK: {"get"},
@@ -356,7 +361,7 @@ def test_every_route_is_documented(doc: dict[str, Any]) -> None:
 
 def test_operation_ids_are_unique(doc: dict[str, Any], seed: dict[str, Any]) -> None:
     ids = [op["operationId"] for item in doc["paths"].values() for op in item.values()]
-    assert len(ids) == len(set(ids)) == 16
+    assert len(ids) == len(set(ids)) == 18
     ours = {
         (path, method): op["operationId"]
         for path, item in doc["paths"].items()
@@ -371,6 +376,8 @@ def test_operation_ids_are_unique(doc: dict[str, Any], seed: dict[str, Any]) -> 
     assert ours[("/v1/threads/{thread_id}/runs/{run_id}/a2ui", "post")] == "publishA2ui"
     assert ours[(RUN_AI_SDK, "get")] == "subscribeRunAiSdk"
     assert ours[(AI_SDK_RECONNECT, "get")] == "uiAiSdkReconnect"
+    assert ours[(RUN_HEARTBEAT, "post")] == "heartbeatRun"
+    assert ours[(RUNS, "get")] == "listRuns"
     # Only the operations that are the seed's carry a seed operation id.
     seed_ids = {
         op["operationId"]: (path, method)
@@ -456,7 +463,7 @@ def test_run_path_parameters_are_the_gateways(doc: dict[str, Any]) -> None:
         assert re.search(pattern, good) and is_run_part(good), good
     for bad in ("", "x" * 129, "a b", "a/b", "a%2Fb", "ü"):
         assert not re.search(pattern, bad) and not is_run_part(bad), bad
-    for path in (RUN_UI, RUN_EVENTS):
+    for path in (RUN_UI, RUN_EVENTS, RUN_HEARTBEAT):
         for method, op in doc["paths"][path].items():
             params = _params(op)
             for name in ("thread_id", "run_id"):
@@ -748,6 +755,94 @@ def test_the_feed_listing_says_what_the_route_does(doc: dict[str, Any]) -> None:
     assert pattern.match("run/t.1/r-1")
     assert not pattern.match("run/t1/r1/events")  # run streams are not listed
     assert not pattern.match("team/0190F5A2-7C1E-7B3D-8A4F-000000000001")
+
+
+# -- run leases (contract, "Runs end") ---------------------------------------------------
+
+
+def test_the_lease_bounds_are_the_gateways(doc: dict[str, Any]) -> None:
+    from gateway import run_lease
+
+    assert gen.DEFAULT_LEASE_SECONDS == run_lease.DEFAULT_LEASE_SECONDS
+    assert gen.MIN_LEASE_SECONDS == run_lease.MIN_LEASE_SECONDS
+    assert gen.MAX_LEASE_SECONDS == run_lease.MAX_LEASE_SECONDS
+    publish = doc["paths"][RUN_UI]["post"]
+    lease = _params(publish)["lease_seconds"]
+    assert lease["in"] == "query" and lease["required"] is False
+    assert lease["schema"] == {
+        "type": "number",
+        "minimum": run_lease.MIN_LEASE_SECONDS,
+        "maximum": run_lease.MAX_LEASE_SECONDS,
+    }
+    assert "lease_seconds" in publish["responses"]["400"]["description"]
+    for phrase in ("lease_seconds", "GATEWAY_RUN_LEASE_SECONDS", "producer_lost", RUN_HEARTBEAT):
+        assert phrase in publish["description"], phrase
+
+
+def test_the_heartbeat_says_what_the_route_does(doc: dict[str, Any]) -> None:
+    op = doc["paths"][RUN_HEARTBEAT]["post"]
+    assert "security" not in op  # the document's bearer
+    assert "requestBody" not in op  # any body is ignored
+    assert list(_params(op)) == ["thread_id", "run_id"]
+    ok = op["responses"]["204"]
+    assert "content" not in ok
+    assert _statuses(op) == {
+        "401": ["unauthenticated"],
+        "403": ["forbidden"],
+        "404": ["not_found"],
+        "413": ["too_large"],
+        "500": ["internal"],
+        "503": ["unavailable"],
+    }
+    assert "no such live run" in op["responses"]["404"]["description"]
+    for phrase in ("`publish` scope", "producer_lost", "ignored"):
+        assert phrase in op["description"], phrase
+
+
+def test_the_run_listing_says_what_the_route_does(
+    doc: dict[str, Any], registry: Registry[Any]
+) -> None:
+    from gateway.http import feed_listing, run_listing
+
+    op = doc["paths"][RUNS]["get"]
+    assert set(doc["paths"][RUNS]) == {"get"}  # the seed's POST (startRun) is the host's
+    params = _params(op)
+    assert list(params) == ["state", "limit", "after"]
+    assert params["state"]["required"] is True
+    assert params["state"]["schema"]["enum"] == ["live"]
+    assert params["limit"]["schema"] == _params(doc["paths"][FEEDS]["get"])["limit"]["schema"]
+    assert params["limit"]["schema"]["maximum"] == feed_listing.MAX_LIMIT
+    assert params["limit"]["schema"]["default"] == feed_listing.DEFAULT_LIMIT
+    assert params["after"]["schema"]["maxLength"] == feed_listing.MAX_AFTER == gen.MAX_AFTER
+    ok = op["responses"]["200"]
+    assert ok["headers"]["Cache-Control"]["schema"]["const"] == "no-store"
+    assert _statuses(op) == {
+        "400": ["invalid_request"],
+        "401": ["unauthenticated"],
+        "404": ["not_found"],
+        "500": ["internal"],
+        "503": ["unavailable"],
+    }
+    # The schema holds what the route sends: every field of ListedRun, nothing more.
+    entry = doc["components"]["schemas"]["RunListEntry"]
+    assert entry["required"] == list(run_listing.ListedRun.__struct_fields__)
+    assert list(run_listing.RunListing.__struct_fields__) == ["runs", "next"]
+    check = component(registry, "RunList")
+    run = {
+        "feed": "run/t.1/r-1",
+        "thread_id": "t.1",
+        "run_id": "r-1",
+        "started_ms": 1_760_000_000_000,
+        "updated_ms": 1_760_000_000_500,
+        "lease_deadline_ms": 1_760_000_060_500,
+    }
+    check.validate({"runs": [run], "next": "MTc2MDAwMDAwMDAwMDp0LjEvci0x"})
+    check.validate({"runs": [], "next": None})
+    assert not check.is_valid({"runs": [dict(run, extra=1)], "next": None})
+    assert not check.is_valid({"runs": [dict(run, feed="team/x")], "next": None})
+    assert not check.is_valid({"runs": [dict(run, feed="run/t1/r1/events")], "next": None})
+    assert not check.is_valid({"runs": [run] * (feed_listing.MAX_LIMIT + 1), "next": None})
+    assert not check.is_valid({"runs": []})
 
 
 # -- other dialects in (D4.8, D4.9) -----------------------------------------------------

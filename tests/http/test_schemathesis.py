@@ -1,7 +1,8 @@
 """Schemathesis against the gateway's own OpenAPI document.
 
 The operations that answer once (publishing to team feeds, run feeds and run streams,
-listing feeds, ``/healthz``, ``/readyz``, ``/metrics``, ``/openapi.json``) are generated from
+listing feeds and live runs, renewing a run's lease, ``/healthz``, ``/readyz``,
+``/metrics``, ``/openapi.json``) are generated from
 ``gateway/schemas/gateway.openapi.json``, the document the node serves (a test checks
 the bytes), and sent over real HTTP to a real node on the test Redis with a token that
 has both scopes.  The streaming routes (``GET /v1/teams/{team}/events``, the run feed
@@ -98,6 +99,10 @@ stream_publishing = schemathesis.openapi.from_path(str(DOCUMENT)).include(
 stream_publishing.config.phases.coverage.enabled = False
 #: GET /v1/feeds (three query parameters: every phase is cheap).
 listing = schemathesis.openapi.from_path(str(DOCUMENT)).include(operation_id="listFeeds")
+#: GET /v1/runs (three query parameters: every phase is cheap).
+run_listing = schemathesis.openapi.from_path(str(DOCUMENT)).include(operation_id="listRuns")
+#: POST /v1/threads/{thread_id}/runs/{run_id}/heartbeat (two path parameters, no body).
+heartbeats = schemathesis.openapi.from_path(str(DOCUMENT)).include(operation_id="heartbeatRun")
 #: POST /v1/sparktide/events and POST .../a2ui: fuzzing only (their coverage cases would
 #: mostly repeat the seed schemas' boundary cases at a few seconds each).
 sparktide_publishing = schemathesis.openapi.from_path(str(DOCUMENT)).include(
@@ -208,6 +213,12 @@ def consistent_run(case: schemathesis.Case) -> None:
 @SETTINGS
 def test_agui_publishing_conforms(case: schemathesis.Case, node_url: str) -> None:
     consistent_run(case)
+    # The token goes into the case itself, not only onto the wire: a negative case
+    # whose header negation is a missing Authorization (which every request here
+    # carries) and whose query only adds undeclared parameters (which the gateway
+    # ignores, like most servers) is then judged as what it is on the wire, a valid
+    # request, instead of negative data the node accepted.
+    case.headers = {**(case.headers or {}), **auth(TENANT)}
     case.call_and_validate(base_url=node_url, headers=auth(TENANT), checks=CHECKS, timeout=10)
 
 
@@ -222,6 +233,45 @@ def test_run_stream_publishing_conforms(case: schemathesis.Case, node_url: str) 
 @SETTINGS
 def test_listing_conforms(case: schemathesis.Case, node_url: str) -> None:
     case.call_and_validate(base_url=node_url, headers=auth(TENANT), checks=CHECKS, timeout=10)
+
+
+@run_listing.parametrize()
+@SETTINGS
+def test_run_listing_conforms(case: schemathesis.Case, node_url: str) -> None:
+    case.call_and_validate(base_url=node_url, headers=auth(TENANT), checks=CHECKS, timeout=10)
+
+
+def live_run(case: schemathesis.Case, node_url: str) -> bool:
+    """Point a positive heartbeat case at a run that has just started (so that it is
+    renewed, 204), and say whether it did; the other cases name runs that never started
+    (404)."""
+    if case.meta is None or case.meta.generation.mode is not GenerationMode.POSITIVE:
+        return False
+    params = case.path_parameters
+    assert params is not None
+    run_id = params["run_id"] = str(uuid.uuid4())
+    if set(params["thread_id"]) == {"."}:
+        params["thread_id"] = "t" + params["thread_id"]  # no dot segments in a URL
+    started = {"type": "RUN_STARTED", "threadId": params["thread_id"], "runId": run_id}
+    r = httpx.post(
+        f"{node_url}/v1/threads/{params['thread_id']}/runs/{run_id}/ui/ag-ui",
+        json=started,
+        headers=auth(TENANT),
+        timeout=10,
+    )
+    assert r.status_code == 200, r.text
+    return True
+
+
+@heartbeats.parametrize()
+@SETTINGS
+def test_heartbeat_conforms(case: schemathesis.Case, node_url: str) -> None:
+    live = live_run(case, node_url)
+    response = case.call_and_validate(
+        base_url=node_url, headers=auth(TENANT), checks=CHECKS, timeout=10
+    )
+    if live:
+        assert response.status_code == 204, response.text
 
 
 def consistent_dialect(case: schemathesis.Case, node_url: str) -> None:
@@ -342,6 +392,8 @@ def test_every_documented_operation_is_served(node_url: str) -> None:
         ("/v1/threads/t1/runs/r1/a2ui", "POST"),
         ("/v1/threads/t1/runs/r1/ui/ai-sdk", "GET"),
         ("/v1/ui/ai-sdk/agent/chat/stream", "GET"),
+        ("/v1/threads/t1/runs/r1/heartbeat", "POST"),
+        ("/v1/runs", "GET"),
     ],
 )
 def test_an_undeclared_method_is_405_with_allow(node_url: str, path: str, allow: str) -> None:
