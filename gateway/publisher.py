@@ -404,9 +404,10 @@ class Publisher:
         if outcome.live is not None:
             await self.runs.postpone(feed, outcome.live.deadline_ms)
             return outcome
-        await self.runs.untrack([feed])
         if outcome.ended is None:
+            await self.runs.untrack([feed])
             return outcome
+        # Counted and told first: what follows is upkeep, which may fail on its own.
         self.metrics.runs_ended.labels(by="lease").inc()
         thread_id, run_id = feed.id.split("/")[:2]
         log.warning(
@@ -417,6 +418,11 @@ class Publisher:
             stream=stream,
             end=str(outcome.ended.cursors[-1]),
         )
+        try:
+            await self.runs.untrack([feed])
+        except GatewayError as exc:
+            # Ended all the same; the next sweep finds it ended and drops the entry.
+            log.warning("dropping an ended run from the live-run index failed", error=exc.message)
         if self.run_finished_ttl > 0:
             await self.feeds.expire(feed, self.run_finished_ttl)
         if stream:

@@ -1794,7 +1794,9 @@ def gateway_schemas() -> dict[str, Any]:
         },
         "RunListEntry": {
             "description": (
-                "A live run: its feed's public name, its thread and run ids, when it "
+                "A live run: its feed's public name (the AG-UI run feed "
+                "`run/<thread_id>/<run_id>`, or the threads run stream's "
+                "`run/<thread_id>/<run_id>/events`), its thread and run ids, when it "
                 "started, when its lease was last renewed and when the lease runs out "
                 "(milliseconds since the Unix epoch)."
             ),
@@ -1811,7 +1813,7 @@ def gateway_schemas() -> dict[str, Any]:
             "properties": {
                 "feed": {
                     "type": "string",
-                    "pattern": "^run/[A-Za-z0-9_.-]{1,128}/[A-Za-z0-9_.-]{1,128}$",
+                    "pattern": "^run/[A-Za-z0-9_.-]{1,128}/[A-Za-z0-9_.-]{1,128}(/events)?$",
                 },
                 "thread_id": {"type": "string", "pattern": RUN_PART_PATTERN},
                 "run_id": {"type": "string", "pattern": RUN_PART_PATTERN},

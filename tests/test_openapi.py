@@ -840,7 +840,8 @@ def test_the_run_listing_says_what_the_route_does(
     check.validate({"runs": [], "next": None})
     assert not check.is_valid({"runs": [dict(run, extra=1)], "next": None})
     assert not check.is_valid({"runs": [dict(run, feed="team/x")], "next": None})
-    assert not check.is_valid({"runs": [dict(run, feed="run/t1/r1/events")], "next": None})
+    check.validate({"runs": [dict(run, feed="run/t1/r1/events")], "next": None})  # a stream
+    assert not check.is_valid({"runs": [dict(run, feed="run/t1/r1/other")], "next": None})
     assert not check.is_valid({"runs": [run] * (feed_listing.MAX_LIMIT + 1), "next": None})
     assert not check.is_valid({"runs": []})
 

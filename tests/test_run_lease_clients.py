@@ -44,7 +44,7 @@ from gateway.store.interfaces import Lapse
 from tests.support import abandoned_producer
 from tests.support import events as ev
 from tests.support.jsprocess import Duplex, duplex, js_packages, node_executable
-from tests.support.node import auth, metric, open_ws, start_node, token
+from tests.support.node import auth, lease_ends, metric, open_ws, start_node, token
 from tests.support.wait import until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -226,6 +226,8 @@ async def test_a_killed_producers_run_ends_once_for_every_client_on_two_nodes(
                     killed_at = time.monotonic()
                     assert await process.wait() == -signal.SIGKILL
             stored = await feed_events(b, feed)
+            # One node ended it (counted once its lapse step answered); not the producer.
+            assert sorted(await lease_ends([a, b], 1)) == [0, 1]
             # Each node ended its SSE streams itself (the format's end), none was left.
             sse_ends = [
                 metric(n, "gateway_disconnects_total", transport="sse", reason=reason)
@@ -279,7 +281,6 @@ async def test_a_killed_producers_run_ends_once_for_every_client_on_two_nodes(
     text = [p for p in ai_sdk["message"]["parts"] if p["type"] == "text"]
     assert [p["text"] for p in text] == ["Hello, wor"], ai_sdk["message"]
 
-    # One node ended it; the producer did not.
     assert sorted(metric(n, "gateway_runs_ended_total", by="lease") for n in (a, b)) == [0, 1]
     assert sum(metric(n, "gateway_runs_ended_total", by="producer") for n in (a, b)) == 0
     # The reconnect route, through the real client: nothing to resume (204, no stream).
@@ -330,6 +331,7 @@ async def test_three_nodes_racing_for_one_expired_run_end_it_once(
                         for node in nodes * 3:
                             racing.start_soon(lapse, node)
                 stored = await feed_events(c, feed)
+                await lease_ends(nodes, 1)
 
     assert len(lapses) == 9
     assert sum(x.ended is not None for x in lapses) <= 1, lapses

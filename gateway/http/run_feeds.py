@@ -17,6 +17,8 @@ a missing run all answer the same 404.
 
 from __future__ import annotations
 
+import re
+
 import msgspec
 
 from gateway import access
@@ -31,6 +33,9 @@ from gateway.net.server import Request, Responder
 from gateway.publisher import Via
 from gateway.runstream import parse_after_seq, seq_key, stored_seq
 from gateway.wire.formats import RUN_SSE, RUN_STREAM_SSE
+
+#: ``lease_seconds``: plain decimal digits (no sign, exponent, blanks or separators).
+_SECONDS = re.compile(r"[0-9]{1,12}(\.[0-9]{1,17})?")
 
 
 class _AttachInput(msgspec.Struct):
@@ -109,10 +114,9 @@ def _lease_seconds(raw: str | None) -> float | None:
     publisher checks its bounds); InvalidRequest when it is not a number."""
     if raw is None:
         return None
-    try:
-        return float(raw) if len(raw) <= 32 else float("nan")
-    except ValueError:
-        raise InvalidRequest("lease_seconds: must be a number of seconds") from None
+    if _SECONDS.fullmatch(raw) is None:
+        raise InvalidRequest("lease_seconds: must be a number of seconds (digits, a decimal point)")
+    return float(raw)
 
 
 async def heartbeat(

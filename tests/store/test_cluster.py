@@ -31,7 +31,7 @@ from gateway.store.redis.client.error_map import map_exceptions
 from gateway.store.redis.inbox import inbox_key
 from gateway.store.redis.settings import parse
 from tests.support import events as ev
-from tests.support.node import auth, metric, open_ws, start_node
+from tests.support.node import auth, lease_ends, open_ws, start_node
 from tests.support.redis_cluster import RedisCluster
 from tests.support.redis_server import free_port
 
@@ -257,8 +257,7 @@ async def test_abandoned_runs_on_every_shard_end_once_by_lease(
             [end] = await a.backend.feeds.read(feed, Cursor(state.epoch, 1), 10)
             event = json.loads(end.data)
             assert event["type"] == "RUN_ERROR" and event["code"] == "producer_lost"
-        ended = sum(metric(n, "gateway_runs_ended_total", by="lease") for n in (a, b))
-        assert ended == len(runs)
+        assert sum(await lease_ends([a, b], len(runs))) == len(runs)
         assert await a.backend.runs.live_count() == 0  # type: ignore[union-attr]
 
 

@@ -6,6 +6,7 @@ import contextlib
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+import anyio
 from websockets.asyncio.client import connect
 from websockets.typing import Subprotocol
 
@@ -102,3 +103,17 @@ def open_ws(
         ping_interval=None,
         **kw,
     )
+
+
+async def lease_ends(nodes: Sequence[Gateway], expected: int, within: float = 5.0) -> list[float]:
+    """Each node's ``gateway_runs_ended_total{by="lease"}``, once they add up to at least
+    ``expected`` (polled: a node counts an end when its lapse step answers, which may be
+    after the end reached the viewers through another connection)."""
+
+    def counts() -> list[float]:
+        return [metric(n, "gateway_runs_ended_total", by="lease") for n in nodes]
+
+    with anyio.fail_after(within, reason=f"{expected} lease ends not counted: {counts()}"):
+        while sum(counts()) < expected:  # noqa: ASYNC110 - counters another task moves
+            await anyio.sleep(0.02)
+    return counts()
