@@ -42,10 +42,15 @@ class CountingWriter:
     def write(self, data: bytes) -> None:
         self.writes += 1
 
+    @property
+    def state(self) -> CountingWriter:
+        """Itself: never closing, never holding anything."""
+        return self
+
     def is_closing(self) -> bool:
         return False
 
-    def buffered(self) -> int:
+    def get_write_buffer_size(self) -> int:
         return 0
 
 

@@ -130,7 +130,8 @@ class Session:
         #: The subscriptions by feed name, each with the ref of its :class:`Join`.
         self.feeds: dict[str, int] = {}
         self._refs = 0
-        self._actions: list[Action] = []
+        # None until there is one: an idle session keeps no list.
+        self._actions: list[Action] | None = None
         self._bad_messages = 0
         #: Set by :meth:`close` and :meth:`stop`: no message is acted on any more.
         self.closing = False
@@ -151,8 +152,18 @@ class Session:
 
     def actions(self) -> list[Action]:
         """The actions to perform, in order, since the last call."""
-        actions, self._actions = self._actions, []
+        actions = self._actions
+        if actions is None:
+            return []
+        self._actions = None
         return actions
+
+    def _ask(self, action: Action) -> None:
+        """Queue ``action`` for the adapter (see :meth:`actions`)."""
+        if self._actions is None:
+            self._actions = [action]
+        else:
+            self._actions.append(action)
 
     # -- bytes in ----------------------------------------------------------------------
 
@@ -240,11 +251,11 @@ class Session:
         self._leave(name)
         self._refs += 1
         self.feeds[name] = self._refs
-        self._actions.append(Join(name, self._refs, key, fmt, cursor, piece))
+        self._ask(Join(name, self._refs, key, fmt, cursor, piece))
 
     def _leave(self, name: str) -> None:
         if self.feeds.pop(name, None) is not None:
-            self._actions.append(Leave(name))
+            self._ask(Leave(name))
 
     def _leave_all(self) -> None:
         for name in list(self.feeds):
@@ -308,7 +319,7 @@ class Session:
             return
         self.principal = fresh
         # The fresh token may expire sooner than the one it replaces.
-        self._actions.append(Reschedule())
+        self._ask(Reschedule())
         for name in list(self.feeds):
             try:
                 access.feed_named(fresh, name)
@@ -366,7 +377,7 @@ class Session:
             self.protocol.send_close(code, reason)
         # The client's close frame ends it sooner (see _process).
         self._close_deadline = self._clock() + CLOSE_TIMEOUT
-        self._actions.append(Reschedule())
+        self._ask(Reschedule())
 
     def abandon(self, code: int, why: str, **detail: object) -> None:
         """Give up on the peer (it does not answer, or does not read): subscriptions
@@ -374,7 +385,7 @@ class Session:
         the reason recorded."""
         self.close_code = code
         self._leave_all()
-        self._actions.append(Abort(why, detail))
+        self._ask(Abort(why, detail))
         self._finish()
 
     def stop(self) -> None:
@@ -386,7 +397,7 @@ class Session:
     def _finish(self) -> None:
         if not self._finished:
             self._finished = True
-            self._actions.append(Finish())
+            self._ask(Finish())
 
     def final_code(self) -> int | None:
         """The close code the server chose, or None when the client closed first."""

@@ -11,7 +11,21 @@ its connection catches up from the store by its own cursor; nobody else waits.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
+
+
+class WriterState(Protocol):
+    """What the fan-out reads of the connection a :class:`Writer` writes to (an asyncio
+    transport provides it)."""
+
+    def is_closing(self) -> bool:
+        """The connection is closed or closing: writes are dropped."""
+        ...
+
+    def get_write_buffer_size(self) -> int:
+        """Bytes written but not yet taken by the connection (the kernel)."""
+        ...
 
 
 class Writer(Protocol):
@@ -19,20 +33,18 @@ class Writer(Protocol):
     ``gateway.net.server.Stream.writer``, provides it).
 
     A write never blocks: what the connection cannot send at once is buffered, and
-    :meth:`buffered` says how much is.  The writer frames the bytes as its connection's
-    body needs (HTTP/1.1 chunks for SSE); writing nothing writes nothing.
+    ``state.get_write_buffer_size()`` says how much is.  The writer frames the bytes as
+    its connection's body needs (HTTP/1.1 chunks for SSE); writing nothing writes nothing.
     """
 
-    def write(self, data: bytes) -> None:
+    @property
+    def write(self) -> Callable[[bytes], None]:
         """Send ``data`` (buffered if the connection cannot take it yet)."""
         ...
 
-    def is_closing(self) -> bool:
-        """The connection is closed or closing: writes are dropped."""
-        ...
-
-    def buffered(self) -> int:
-        """Bytes written but not yet taken by the connection (the kernel)."""
+    @property
+    def state(self) -> WriterState:
+        """The connection's closing flag and buffer count."""
         ...
 
 
@@ -64,16 +76,16 @@ class Outbox:
     """One connection's outbound byte bound; shared by the connection's subscriptions.
 
     It writes straight through the connection's :class:`Writer` (the hot path of
-    fan-out: one write per connection per batch); the writer's methods are bound once
-    here, so a write costs no lookups.
+    fan-out: one write per connection per batch): its write is held as the writer gives
+    it, its closing flag and buffer count are asked of the connection's state, one call
+    each.  Nothing else is bound per connection: outboxes are one per open connection.
     """
 
-    __slots__ = ("_budget", "_buffered", "_closing", "_write", "counted", "max_bytes", "wrote")
+    __slots__ = ("_budget", "_state", "_write", "counted", "max_bytes", "wrote")
 
     def __init__(self, writer: Writer, max_bytes: int, budget: NodeBudget) -> None:
         self._write = writer.write
-        self._closing = writer.is_closing
-        self._buffered = writer.buffered
+        self._state = writer.state
         self._budget = budget
         self.max_bytes = max_bytes
         self.counted = 0
@@ -82,7 +94,7 @@ class Outbox:
 
     def buffered(self) -> int:
         """Bytes written to this connection that the kernel has not taken yet."""
-        return self._buffered()
+        return self._state.get_write_buffer_size()
 
     def try_write(self, data: bytes) -> bool:
         """Write now, or refuse (False) if that would pass a bound.  Never blocks.
@@ -93,19 +105,19 @@ class Outbox:
         larger than that.  ``data`` is never empty: callers hold back what encodes to
         nothing (the framing would drop it, but here it would count as a write).
         """
-        buffered = self._buffered()
+        buffered = self._state.get_write_buffer_size()
         if buffered and (buffered + len(data) > self.max_bytes or self._budget.over()):
             return False
-        if self._closing():
+        if self._state.is_closing():
             return True  # the connection is going; its task ends with it
         self._write(data)
         self.wrote = True
-        if self.counted or self._buffered():
+        if self.counted or self._state.get_write_buffer_size():
             self.recount()
         return True
 
     def recount(self) -> None:
-        now = self._buffered()
+        now = self._state.get_write_buffer_size()
         budget = self._budget
         budget.total += now - self.counted
         self.counted = now

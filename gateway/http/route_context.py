@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gateway.auth import Authenticator, Principal, bearer_token
 from gateway.config import Settings
@@ -48,6 +48,12 @@ class RouteContext:
     runs: RunIndex | None = None
     #: The node's connections and their limits, for ``/readyz``; None: not reported.
     capacity: Capacity | None = None
+    #: ``auth.verify``, bound once for the node: every WebSocket session holds it, and
+    #: reading ``auth.verify`` per socket would make (and keep) a bound method each.
+    verify: Callable[[str], Principal] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.verify = self.auth.verify
 
     def principal(self, request: Request) -> Principal:
         """The caller, from ``Authorization: Bearer`` or the ``access_token`` query

@@ -141,7 +141,7 @@ class Socket:
         self.settings = context.settings
         self.stream = stream
         self.session = Session(
-            principal, context.settings, context.auth.verify, clock=anyio.current_time
+            principal, context.settings, context.verify, clock=anyio.current_time
         )
         self.outbox = Outbox(stream.writer(), self.settings.max_queue_bytes, context.hub.budget)
         self.entries: dict[str, _Entry] = {}

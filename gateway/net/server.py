@@ -130,16 +130,16 @@ class SocketWriter:
     """The fan-out's writer port (``gateway.fanout.outbox.Writer``) on an asyncio
     transport, in a body's framing.
 
-    Its members are the asyncio transport's own bound methods (and the framer), so the
-    fan-out's write, closing check and buffer count are one call each.
+    ``write`` is the transport's own bound method (or the framer), ``state`` the
+    transport itself: the fan-out's write, closing check and buffer count are one call
+    each, and the outbox that keeps them binds no method per connection.
     """
 
-    __slots__ = ("buffered", "is_closing", "write")
+    __slots__ = ("state", "write")
 
     def __init__(self, asyncio_transport: asyncio.Transport, chunked: bool) -> None:
         self.write: Callable[[bytes], None] = body_writer(asyncio_transport, chunked)
-        self.is_closing: Callable[[], bool] = asyncio_transport.is_closing
-        self.buffered: Callable[[], int] = asyncio_transport.get_write_buffer_size
+        self.state: asyncio.Transport = asyncio_transport
 
 
 class Stream:
