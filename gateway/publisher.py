@@ -350,11 +350,13 @@ class Publisher:
         it, even when this node stops right after the append (an entry whose append
         failed is dropped when due).  ``seconds``: the lease the producer asks for.
         Raises InvalidRequest (``seconds`` out of bounds) or Unavailable."""
-        length = lease_ms(requested_lease(seconds, self.lease_seconds))
+        if seconds is not None:
+            requested_lease(seconds, self.lease_seconds)  # refused on any publish, not only a start
         if ends or self.runs is None:
             return None
         if not starts:
             return RENEWS
+        length = lease_ms(requested_lease(seconds, self.lease_seconds))
         now = int(time.time() * 1000)
         await self.runs.track(feed, now, now + length)
         return RunLease(True, length)

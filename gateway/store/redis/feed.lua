@@ -87,16 +87,16 @@ local ITEMS = 13
 
 local function fmt(x) return string.format('%d', x) end
 
-local meta = redis.call('HMGET', M, 'epoch', 'head', 'chain', 'host', 'w', 't', 'gone', 'end')
+-- The run's lease is read (in the same HMGET) only by the calls that keep it.
+local fields = {'epoch', 'head', 'chain', 'host', 'w', 't', 'gone', 'end'}
+if lease ~= '' or mode == 'renew' or mode == 'lapse' or mode == 'end' then
+  fields[9], fields[10], fields[11] = 'rs', 'rl', 'rd'
+end
+local meta = redis.call('HMGET', M, unpack(fields))
 local epoch, head, chain, host = tonumber(meta[1]), tonumber(meta[2]), meta[3], meta[4]
 local writer, tomb = meta[5], meta[6]
 local ended_in = tonumber(meta[8])
--- The run's lease, read only by the calls that keep it (not by a team feed's appends).
-local run_started, run_lease, run_deadline
-if lease ~= '' or mode == 'renew' or mode == 'lapse' or mode == 'end' then
-  local l = redis.call('HMGET', M, 'rs', 'rl', 'rd')
-  run_started, run_lease, run_deadline = l[1], tonumber(l[2]), tonumber(l[3])
-end
+local run_started, run_lease, run_deadline = meta[9], tonumber(meta[10]), tonumber(meta[11])
 local prev_epoch, prev_head = epoch or 0, head or 0
 -- Deleted on purpose: the expiry set the "gone" field and its stream has expired.
 local gone = meta[7] and redis.call('EXISTS', S) == 0
