@@ -15,6 +15,8 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import anyio
 import msgspec
@@ -22,7 +24,7 @@ import msgspec
 from gateway import access
 from gateway.auth import Principal
 from gateway.errors import GatewayError, InvalidRequest, NotFound
-from gateway.feed import FeedKey, FeedKind, FeedState, is_run_part, is_team_id
+from gateway.feed import FeedKey, FeedKind, is_run_part, is_team_id
 from gateway.http.route_context import RouteContext
 from gateway.net.server import Request, Responder
 from gateway.store.interfaces import FeedIndex, FeedStore, IndexEntry
@@ -36,6 +38,7 @@ STATE_READS = 16
 #: Longest ``after`` accepted (an encoded millisecond count and a run feed's id).
 MAX_AFTER = 400
 NOT_A_POSITION = "after: not a position this route returned"
+T = TypeVar("T")
 
 
 class Listed(msgspec.Struct, frozen=True):
@@ -50,14 +53,16 @@ class Listing(msgspec.Struct, frozen=True):
     next: str | None
 
 
-def encode_position(entry: IndexEntry) -> str:
-    raw = f"{entry.updated_ms}:{entry.id}".encode()
+def encode_after(ms: int, feed_id: str) -> str:
+    """A listing's ``next``: the position (a time in ms and a feed id) of the last entry
+    a page looked at, opaque to clients."""
+    raw = f"{ms}:{feed_id}".encode()
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
 
 
-def decode_position(text: str, kind: FeedKind) -> IndexEntry:
-    """The position an ``after`` names; InvalidRequest for anything this route did not
-    hand out (for this kind)."""
+def decode_after(text: str, valid_id: Callable[[str], bool]) -> tuple[int, str]:
+    """The time and feed id an ``after`` names; InvalidRequest for anything a listing
+    did not hand out (``valid_id``: the feed ids that listing hands out)."""
     if not 0 < len(text) <= MAX_AFTER:
         raise InvalidRequest(NOT_A_POSITION)
     try:
@@ -65,9 +70,20 @@ def decode_position(text: str, kind: FeedKind) -> IndexEntry:
     except (binascii.Error, UnicodeDecodeError, ValueError):
         raise InvalidRequest(NOT_A_POSITION) from None
     ms, _, feed_id = raw.partition(":")
-    if not ms.isdigit() or len(ms) > 16 or not _valid_id(kind, feed_id):
+    if not ms.isdigit() or len(ms) > 16 or not valid_id(feed_id):
         raise InvalidRequest(NOT_A_POSITION)
-    return IndexEntry(feed_id, int(ms))
+    return int(ms), feed_id
+
+
+def encode_position(entry: IndexEntry) -> str:
+    return encode_after(entry.updated_ms, entry.id)
+
+
+def decode_position(text: str, kind: FeedKind) -> IndexEntry:
+    """The position an ``after`` names; InvalidRequest for anything this route did not
+    hand out (for this kind)."""
+    ms, feed_id = decode_after(text, lambda feed_id: _valid_id(kind, feed_id))
+    return IndexEntry(feed_id, ms)
 
 
 def _valid_id(kind: FeedKind, feed_id: str) -> bool:
@@ -85,7 +101,9 @@ def _kind(raw: str | None) -> FeedKind:
     raise InvalidRequest("kind: must be team or run")
 
 
-def _limit(raw: str | None) -> int:
+def page_limit(raw: str | None) -> int:
+    """A listing's ``limit`` (1 to :data:`MAX_LIMIT`, :data:`DEFAULT_LIMIT` when absent);
+    InvalidRequest otherwise."""
     if raw is None:
         return DEFAULT_LIMIT
     if not raw.isdigit() or not 1 <= int(raw) <= MAX_LIMIT:
@@ -100,7 +118,7 @@ async def list_feeds(
     principal = context.principal(request)
     principal.require_subscribe()
     kind = _kind(request.query_one("kind"))
-    limit = _limit(request.query_one("limit"))
+    limit = page_limit(request.query_one("limit"))
     raw_after = request.query_one("after")
     after = None if raw_after is None else decode_position(raw_after, kind)
     if context.index is None:
@@ -132,7 +150,7 @@ async def list_page(
         entries = await index.page(principal.tenant, kind, before=position, limit=want + 1)
         keys = [FeedKey(principal.tenant, kind, e.id) for e in entries[:want]]
         readable = [k for k in keys if _valid_id(kind, k.id) and access.may_read(principal, k)]
-        states = await _states(feeds, readable)
+        states = await read_each(readable, feeds.state)
         gone: list[str] = []
         for entry, key in zip(entries, keys, strict=False):
             scanned += 1
@@ -155,22 +173,25 @@ async def list_page(
             return Listing(found, encode_position(position))
 
 
-async def _states(feeds: FeedStore, keys: list[FeedKey]) -> dict[FeedKey, FeedState | None]:
-    """The state of each feed, :data:`STATE_READS` at a time; raises the first error."""
-    states: dict[FeedKey, FeedState | None] = {}
+async def read_each(
+    keys: list[FeedKey], read: Callable[[FeedKey], Awaitable[T]]
+) -> dict[FeedKey, T]:
+    """``read(key)`` for each feed, :data:`STATE_READS` at a time (a feed's state, a
+    run's lease); raises the first error."""
+    found: dict[FeedKey, T] = {}
     errors: list[GatewayError] = []
     limiter = anyio.CapacityLimiter(STATE_READS)
 
-    async def read(key: FeedKey) -> None:
+    async def one(key: FeedKey) -> None:
         async with limiter:
             try:
-                states[key] = await feeds.state(key)
+                found[key] = await read(key)
             except GatewayError as exc:
                 errors.append(exc)
 
     async with anyio.create_task_group() as tg:
         for key in keys:
-            tg.start_soon(read, key)
+            tg.start_soon(one, key)
     if errors:
         raise errors[0]
-    return states
+    return found

@@ -17,22 +17,16 @@ run's lease); a page looks at no more than
 
 from __future__ import annotations
 
-import base64
-import binascii
-
-import anyio
 import msgspec
 
 from gateway import access
 from gateway.auth import Principal
-from gateway.errors import GatewayError, InvalidRequest, NotFound
+from gateway.errors import InvalidRequest, NotFound
 from gateway.feed import FeedKey, FeedKind, is_run_part
-from gateway.http.feed_listing import DEFAULT_LIMIT, MAX_AFTER, MAX_LIMIT, MAX_SCAN, STATE_READS
+from gateway.http.feed_listing import MAX_SCAN, decode_after, encode_after, page_limit, read_each
 from gateway.http.route_context import RouteContext
 from gateway.net.server import Request, Responder
 from gateway.store.interfaces import FeedStore, Lease, LiveRun, RunIndex
-
-NOT_A_POSITION = "after: not a position this route returned"
 
 
 class ListedRun(msgspec.Struct, frozen=True):
@@ -50,23 +44,14 @@ class RunListing(msgspec.Struct, frozen=True):
 
 
 def encode_position(run: LiveRun) -> str:
-    raw = f"{run.started_ms}:{run.feed.id}".encode()
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+    return encode_after(run.started_ms, run.feed.id)
 
 
 def decode_position(text: str, tenant: str) -> LiveRun:
     """The position an ``after`` names; InvalidRequest for anything this route did not
     hand out."""
-    if not 0 < len(text) <= MAX_AFTER:
-        raise InvalidRequest(NOT_A_POSITION)
-    try:
-        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode("ascii")
-    except (binascii.Error, UnicodeDecodeError, ValueError):
-        raise InvalidRequest(NOT_A_POSITION) from None
-    ms, _, feed_id = raw.partition(":")
-    if not (ms.isdigit() and len(ms) <= 16 and _run_ids(feed_id) is not None):
-        raise InvalidRequest(NOT_A_POSITION)
-    return LiveRun(FeedKey(tenant, FeedKind.RUN, feed_id), int(ms))
+    ms, feed_id = decode_after(text, lambda feed_id: _run_ids(feed_id) is not None)
+    return LiveRun(FeedKey(tenant, FeedKind.RUN, feed_id), ms)
 
 
 def _run_ids(feed_id: str) -> tuple[str, str] | None:
@@ -80,14 +65,6 @@ def _run_ids(feed_id: str) -> tuple[str, str] | None:
     return parts[0], parts[1]
 
 
-def _limit(raw: str | None) -> int:
-    if raw is None:
-        return DEFAULT_LIMIT
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_LIMIT:
-        raise InvalidRequest(f"limit: must be an integer from 1 to {MAX_LIMIT}")
-    return int(raw)
-
-
 async def list_runs(
     context: RouteContext, request: Request, responder: Responder, params: dict[str, str]
 ) -> None:
@@ -96,7 +73,7 @@ async def list_runs(
     principal.require_subscribe()
     if request.query_one("state") != "live":
         raise InvalidRequest("state: must be live")
-    limit = _limit(request.query_one("limit"))
+    limit = page_limit(request.query_one("limit"))
     raw_after = request.query_one("after")
     after = None if raw_after is None else decode_position(raw_after, principal.tenant)
     if context.runs is None:
@@ -127,7 +104,7 @@ async def list_page(
         want = min(limit - len(found), MAX_SCAN - scanned)
         entries = await runs.live_page(principal.tenant, before=position, limit=want + 1)
         readable = [e.feed for e in entries[:want] if _listable(principal, e.feed)]
-        leases = await _leases(feeds, readable)
+        leases = await read_each(readable, feeds.lease)
         for entry in entries[:want]:
             scanned += 1
             position = entry
@@ -157,24 +134,3 @@ def _listed(feed: FeedKey, lease: Lease) -> ListedRun:
         lease.renewed_ms,
         lease.deadline_ms,
     )
-
-
-async def _leases(feeds: FeedStore, keys: list[FeedKey]) -> dict[FeedKey, Lease | None]:
-    """The lease of each run feed, :data:`STATE_READS` at a time; raises the first error."""
-    leases: dict[FeedKey, Lease | None] = {}
-    errors: list[GatewayError] = []
-    limiter = anyio.CapacityLimiter(STATE_READS)
-
-    async def read(key: FeedKey) -> None:
-        async with limiter:
-            try:
-                leases[key] = await feeds.lease(key)
-            except GatewayError as exc:
-                errors.append(exc)
-
-    async with anyio.create_task_group() as tg:
-        for key in keys:
-            tg.start_soon(read, key)
-    if errors:
-        raise errors[0]
-    return leases

@@ -24,6 +24,35 @@ from gateway.store.redis.connection import RedisConnection
 SCAN_STEP = 64
 
 
+async def newest_first(
+    redis: Any, key: str, before: tuple[int, str] | None, limit: int, *, bound: int | None = None
+) -> list[tuple[int, str]]:
+    """Up to ``limit`` members of the sorted set ``key`` as ``(score, member)``, highest
+    score first (ties by member, descending), starting strictly after ``before`` in that
+    order; scores are integers (ms).  Reads in ZRANGE steps; entries sharing ``before``'s
+    score at or above its member are skipped.  ``bound``: entries looked at, at most
+    (None: the set's size bounds the steps)."""
+    top = "+inf" if before is None else str(before[0])
+    out: list[tuple[int, str]] = []
+    offset = 0
+    while bound is None or offset <= bound:
+        want = limit - len(out) + SCAN_STEP * (offset > 0)
+        rows = await redis.zrange(
+            key, top, "-inf", desc=True, byscore=True, offset=offset, num=want, withscores=True
+        )
+        offset += len(rows)
+        for member, score in rows:
+            entry = (int(score), member.decode())
+            if before is not None and entry >= before:
+                continue
+            out.append(entry)
+            if len(out) >= limit:
+                return out
+        if len(rows) < want:
+            break
+    return out
+
+
 class RedisFeedIndex(FeedIndex):
     def __init__(
         self,
@@ -63,39 +92,11 @@ class RedisFeedIndex(FeedIndex):
         if limit <= 0:
             return []
         key = self.key(tenant, kind)
-        top = "+inf" if before is None else str(before.updated_ms)
-        out: list[IndexEntry] = []
-        # Entries sharing ``before``'s millisecond sort by id (descending): skip those at
-        # or above it.  The set's size bounds the steps.
+        after = None if before is None else (before.updated_ms, before.id)
 
         async def scan(redis: Any) -> list[IndexEntry]:
-            offset = 0
-            while offset <= self._max_feeds:
-                want = limit - len(out) + SCAN_STEP * (offset > 0)
-                rows = await redis.zrange(
-                    key,
-                    top,
-                    "-inf",
-                    desc=True,
-                    byscore=True,
-                    offset=offset,
-                    num=want,
-                    withscores=True,
-                )
-                offset += len(rows)
-                for member, score in rows:
-                    entry = IndexEntry(member.decode(), int(score))
-                    if before is not None and (entry.updated_ms, entry.id) >= (
-                        before.updated_ms,
-                        before.id,
-                    ):
-                        continue
-                    out.append(entry)
-                    if len(out) >= limit:
-                        return out
-                if len(rows) < want:
-                    break
-            return out
+            rows = await newest_first(redis, key, after, limit, bound=self._max_feeds)
+            return [IndexEntry(member, ms) for ms, member in rows]
 
         return await self.conn.redis.call("feed index read", scan, metric="index_page")
 

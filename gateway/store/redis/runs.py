@@ -30,6 +30,7 @@ from urllib.parse import quote, unquote
 from gateway.feed import FeedKey, FeedKind
 from gateway.store.interfaces import LatestRun, LiveRun, RunIndex
 from gateway.store.redis.connection import RedisConnection
+from gateway.store.redis.index import newest_first
 
 #: PEXPIRE the key only if it still names the run (ARGV[1]) that ended.
 EXPIRE_IF_LATEST = """
@@ -43,8 +44,6 @@ return 0
 
 #: Due sets on a Redis Cluster (their hash tags spread them over the slots).
 CLUSTER_DUE_SETS = 16
-#: Entries one ZRANGE reads while skipping ties at the start of a live page.
-SCAN_STEP = 64
 
 
 class RedisRuns(RunIndex):
@@ -155,38 +154,12 @@ class RedisRuns(RunIndex):
         if limit <= 0:
             return []
         key = self.live_key(tenant)
-        top = "+inf" if before is None else str(before.started_ms)
-        out: list[LiveRun] = []
+        after = None if before is None else (before.started_ms, before.feed.id)
 
         async def scan(redis: Any) -> list[LiveRun]:
-            # Entries sharing ``before``'s millisecond sort by id (descending): those at
-            # or above it are skipped; a tenant's live runs bound the steps.
-            offset = 0
-            while True:
-                want = limit - len(out) + SCAN_STEP * (offset > 0)
-                rows = await redis.zrange(
-                    key,
-                    top,
-                    "-inf",
-                    desc=True,
-                    byscore=True,
-                    offset=offset,
-                    num=want,
-                    withscores=True,
-                )
-                offset += len(rows)
-                for member, score in rows:
-                    entry = LiveRun(FeedKey(tenant, FeedKind.RUN, member.decode()), int(score))
-                    if before is not None and (entry.started_ms, entry.feed.id) >= (
-                        before.started_ms,
-                        before.feed.id,
-                    ):
-                        continue
-                    out.append(entry)
-                    if len(out) >= limit:
-                        return out
-                if len(rows) < want:
-                    return out
+            # A tenant's live runs bound the steps (ended runs leave the set).
+            rows = await newest_first(redis, key, after, limit)
+            return [LiveRun(FeedKey(tenant, FeedKind.RUN, member), ms) for ms, member in rows]
 
         return await self._redis.call("live-run index read", scan, metric="live_runs")
 
