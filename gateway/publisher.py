@@ -22,6 +22,7 @@ from gateway.fanout.foldcache import BLOCK as FOLD_BLOCK
 from gateway.fanout.foldcache import FoldCache
 from gateway.feed import (
     FeedKey,
+    FeedState,
     NewItem,
     is_run_part,
     is_team_id,
@@ -322,11 +323,7 @@ class Publisher:
                 await self._index_run(tenant, thread_id, run_id, started=started, ended=ended)
                 if ended:
                     await self._run_ended(feed, tracked=not started)
-            try:
-                await self.folds.persist(feed, result.state, self.run_retention)
-            except GatewayError as exc:
-                # Appended all the same; the next append near the limit tries again.
-                log.warning("keeping a run's fold failed", error=exc.message)
+            await self._persist_fold(feed, result.state)
         except Exception as exc:
             self.reject(exc, via)
             raise
@@ -365,15 +362,27 @@ class Publisher:
         """Its producer ended the run: drop it from the live-run index and count it
         (once: a retried end finds it dropped; ``tracked`` False for a run started in
         the same batch, never indexed)."""
+        if await self._untrack_ended(feed) or not tracked:
+            self.metrics.runs_ended.labels(by="producer").inc()
+
+    async def _untrack_ended(self, feed: FeedKey) -> int:
+        """Drop an ended run from the live-run index; whether it was there (a failure is
+        logged and answers 0: the run ended all the same, and the sweep finds it ended
+        and drops the entry when it comes due)."""
         assert self.runs is not None
         try:
-            dropped = await self.runs.untrack([feed])
+            return await self.runs.untrack([feed])
         except GatewayError as exc:
-            # Ended all the same; the sweep drops the entry when it comes due.
             log.warning("dropping an ended run from the live-run index failed", error=exc.message)
-            dropped = 0
-        if dropped or not tracked:
-            self.metrics.runs_ended.labels(by="producer").inc()
+            return 0
+
+    async def _persist_fold(self, feed: FeedKey, state: FeedState) -> None:
+        """Keep the run's fold before retention trims its start (a failure is logged:
+        appended all the same; the next append near the limit tries again)."""
+        try:
+            await self.folds.persist(feed, state, self.run_retention)
+        except GatewayError as exc:
+            log.warning("keeping a run's fold failed", error=exc.message)
 
     async def heartbeat(self, tenant: str, thread_id: str, run_id: str) -> bool:
         """Renew the lease of a live run without publishing (docs/contract.md, "Runs
@@ -420,20 +429,13 @@ class Publisher:
             stream=stream,
             end=str(outcome.ended.cursors[-1]),
         )
-        try:
-            await self.runs.untrack([feed])
-        except GatewayError as exc:
-            # Ended all the same; the next sweep finds it ended and drops the entry.
-            log.warning("dropping an ended run from the live-run index failed", error=exc.message)
+        await self._untrack_ended(feed)
         if self.run_finished_ttl > 0:
             await self.feeds.expire(feed, self.run_finished_ttl)
         if stream:
             return outcome  # no latest-run entry, fold or feed index for a stream
         await self._index_run(feed.tenant, thread_id, run_id, started=False, ended=True)
-        try:
-            await self.folds.persist(feed, outcome.ended.state, self.run_retention)
-        except GatewayError as exc:
-            log.warning("keeping a run's fold failed", error=exc.message)
+        await self._persist_fold(feed, outcome.ended.state)
         if self.activity is not None:
             await self.activity.record(feed)
         return outcome
