@@ -192,6 +192,49 @@ def restore_cursor_text(text: str) -> str:
     )
 
 
+def page_parameters(noun: str) -> list[dict[str, Any]]:
+    """The paging parameters of a listing (``GET /v1/feeds``, ``GET /v1/runs``):
+    ``limit`` and ``after``, with ``noun`` naming what a page holds."""
+    return [
+        {
+            "name": "limit",
+            "in": "query",
+            "required": False,
+            "description": f"{noun} per page, at most {FEEDS_MAX_LIMIT}.",
+            "schema": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": FEEDS_MAX_LIMIT,
+                "default": FEEDS_DEFAULT_LIMIT,
+            },
+        },
+        {
+            "name": "after",
+            "in": "query",
+            "required": False,
+            "description": (
+                "The `next` of the previous page, as it was (opaque). Anything else is "
+                "400 invalid_request."
+            ),
+            "schema": {"type": "string", "minLength": 1, "maxLength": MAX_AFTER},
+        },
+    ]
+
+
+def page_answer(schema: str) -> dict[str, Any]:
+    """A listing's 200: one page of ``schema``, never cached."""
+    return {
+        "description": "One page of the listing.",
+        "headers": {
+            "Cache-Control": {
+                "description": "Always `no-store`: the listing changes all the time.",
+                "schema": {"type": "string", "const": "no-store"},
+            }
+        },
+        "content": json_content(ref(schema)),
+    }
+
+
 def json_content(schema: dict[str, Any]) -> dict[str, Any]:
     return {"application/json": {"schema": schema}}
 
@@ -1152,40 +1195,10 @@ def list_feeds(known: set[str]) -> dict[str, Any]:
                 ),
                 "schema": {"type": "string", "enum": ["team", "run"]},
             },
-            {
-                "name": "limit",
-                "in": "query",
-                "required": False,
-                "description": f"Feeds per page, at most {FEEDS_MAX_LIMIT}.",
-                "schema": {
-                    "type": "integer",
-                    "minimum": 1,
-                    "maximum": FEEDS_MAX_LIMIT,
-                    "default": FEEDS_DEFAULT_LIMIT,
-                },
-            },
-            {
-                "name": "after",
-                "in": "query",
-                "required": False,
-                "description": (
-                    "The `next` of the previous page, as it was (opaque). Anything else is "
-                    "400 invalid_request."
-                ),
-                "schema": {"type": "string", "minLength": 1, "maxLength": MAX_AFTER},
-            },
+            *page_parameters("Feeds"),
         ],
         "responses": {
-            "200": {
-                "description": "One page of the listing.",
-                "headers": {
-                    "Cache-Control": {
-                        "description": "Always `no-store`: the listing changes all the time.",
-                        "schema": {"type": "string", "const": "no-store"},
-                    }
-                },
-                "content": json_content(ref("FeedList")),
-            },
+            "200": page_answer("FeedList"),
             "400": error_response(
                 "invalid_request: `kind` missing or not team or run, `limit` not an "
                 f"integer from 1 to {FEEDS_MAX_LIMIT}, or an `after` this route did not "
@@ -1307,40 +1320,10 @@ def list_runs(known: set[str]) -> dict[str, Any]:
                 "description": "Which runs: `live`, the one state listed.",
                 "schema": {"type": "string", "enum": ["live"]},
             },
-            {
-                "name": "limit",
-                "in": "query",
-                "required": False,
-                "description": f"Runs per page, at most {FEEDS_MAX_LIMIT}.",
-                "schema": {
-                    "type": "integer",
-                    "minimum": 1,
-                    "maximum": FEEDS_MAX_LIMIT,
-                    "default": FEEDS_DEFAULT_LIMIT,
-                },
-            },
-            {
-                "name": "after",
-                "in": "query",
-                "required": False,
-                "description": (
-                    "The `next` of the previous page, as it was (opaque). Anything else is "
-                    "400 invalid_request."
-                ),
-                "schema": {"type": "string", "minLength": 1, "maxLength": MAX_AFTER},
-            },
+            *page_parameters("Runs"),
         ],
         "responses": {
-            "200": {
-                "description": "One page of the listing.",
-                "headers": {
-                    "Cache-Control": {
-                        "description": "Always `no-store`: the listing changes all the time.",
-                        "schema": {"type": "string", "const": "no-store"},
-                    }
-                },
-                "content": json_content(ref("RunList")),
-            },
+            "200": page_answer("RunList"),
             "400": error_response(
                 "invalid_request: `state` missing or not live, `limit` not an integer from "
                 f"1 to {FEEDS_MAX_LIMIT}, or an `after` this route did not hand out.",
